@@ -1,0 +1,34 @@
+# Two commands do everything: `make demo` (the main job on embedded defaults) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo up test test-unit lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/spanner-cdc demo
+
+test: install
+	$(BIN)/pytest
+
+test-unit: install
+	$(BIN)/pytest tests/unit
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf .local

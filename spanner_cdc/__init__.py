@@ -1,0 +1,1 @@
+"""spanner-cdc: batch extraction of Cloud Spanner change streams into a data lake."""

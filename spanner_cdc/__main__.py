@@ -1,0 +1,3 @@
+from spanner_cdc.cli import main
+
+raise SystemExit(main())

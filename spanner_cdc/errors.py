@@ -1,0 +1,59 @@
+"""The project's own exception types; the CLI turns them into one stderr line and an exit code."""
+
+from __future__ import annotations
+
+
+class SpannerCdcError(Exception):
+    """Base of every error a user can cause or act on; its message says what to do."""
+
+    exit_code = 1
+
+
+class ConfigError(SpannerCdcError):
+    """A setting has a bad value: the message names the field, the value and what is accepted."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, value: object, accepted: str) -> None:
+        self.field = field
+        self.value = value
+        self.accepted = accepted
+        super().__init__(f"invalid {field}={value!r}: expected {accepted}")
+
+
+class UsageError(SpannerCdcError):
+    """A command was called with arguments that cannot work together."""
+
+    exit_code = 2
+
+
+class SourceError(SpannerCdcError):
+    """Reading from Spanner failed, or Spanner returned something the reader cannot map."""
+
+    def __init__(self, message: str, raw: object = None) -> None:
+        self.raw = raw
+        super().__init__(message if raw is None else f"{message}; raw record: {raw!r}"[:2000])
+
+
+class RetentionError(SourceError):
+    """The requested start has left the change stream's retention period (OUT_OF_RANGE)."""
+
+
+class StoreError(SpannerCdcError):
+    """The Postgres metadata store failed or holds something inconsistent."""
+
+
+class StoreUnreachable(StoreError):
+    """The metadata store cannot be connected to."""
+
+
+class SchemaOutdated(StoreError):
+    """The metadata store's schema is missing or older than the code."""
+
+
+class NotFound(SpannerCdcError):
+    """A named thing (lineage, stream, token, window) does not exist."""
+
+
+class ExtractError(SpannerCdcError):
+    """An extract could not complete (a token failed, a window check failed)."""

@@ -1,0 +1,162 @@
+"""Typed settings: CLI flags beat SPANNER_CDC_* env vars, which beat the TOML file named by SPANNER_CDC_CONFIG."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.errors import ConfigError
+
+ENV_PREFIX = "SPANNER_CDC_"
+CONFIG_ENV = "SPANNER_CDC_CONFIG"
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+DIALECTS = ("auto", "GOOGLE_STANDARD_SQL", "POSTGRESQL")
+SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)\])?|spark://[^/\s]+:\d+|sc://[^/\s]+(:\d+)?(/.*)?)$")
+
+
+def _int_between(low: int, high: int) -> Callable[[str, Any], int]:
+    def parse(name: str, value: Any) -> int:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(name, value, f"an integer in [{low}, {high}]") from None
+        if isinstance(value, bool) or not low <= number <= high:
+            raise ConfigError(name, value, f"an integer in [{low}, {high}]")
+        return number
+
+    return parse
+
+
+def _choice(*choices: str) -> Callable[[str, Any], str]:
+    def parse(name: str, value: Any) -> str:
+        text = str(value)
+        for choice in choices:
+            if text.upper() == choice.upper():
+                return choice
+        raise ConfigError(name, value, "one of " + ", ".join(choices))
+
+    return parse
+
+
+def _identifier(name: str, value: Any) -> str:
+    text = str(value)
+    if not IDENTIFIER.match(text):
+        raise ConfigError(name, value, "an identifier: a letter or _, then letters, digits or _")
+    return text
+
+
+def _optional_identifier(name: str, value: Any) -> str | None:
+    return None if value in (None, "") else _identifier(name, value)
+
+
+def _text(name: str, value: Any) -> str:
+    text = str(value).strip()
+    if not text:
+        raise ConfigError(name, value, "a non-empty string")
+    return text
+
+
+def _optional_text(name: str, value: Any) -> str | None:
+    return None if value in (None, "") else _text(name, value)
+
+
+def _postgres_url(name: str, value: Any) -> str | None:
+    if value in (None, ""):
+        return None
+    text = str(value)
+    if not re.match(r"^postgres(ql)?(\+\w+)?://", text):
+        raise ConfigError(name, value, "a Postgres URL such as postgresql://user:pass@host:5432/db")
+    return text
+
+
+def _spark_master(name: str, value: Any) -> str:
+    text = str(value)
+    if not SPARK_MASTER.match(text):
+        raise ConfigError(name, value, "local[*], local[N], spark://host:port or sc://host:port")
+    return text
+
+
+def _path(name: str, value: Any) -> Path:
+    return Path(_text(name, value)).expanduser()
+
+
+def _meta(parse: Callable[[str, Any], Any], help: str) -> dict[str, Any]:
+    return {"parse": parse, "help": help}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting a command may need; each field is validated by its `parse` metadata."""
+
+    project: str = field(default="local-project", metadata=_meta(_text, "Spanner project id"))
+    instance: str = field(default="local-instance", metadata=_meta(_text, "Spanner instance id"))
+    database: str = field(default="cdc", metadata=_meta(_text, "Spanner database id"))
+    stream: str | None = field(default=None, metadata=_meta(_optional_identifier, "change stream name"))
+    dialect: str = field(default="auto", metadata=_meta(_choice(*DIALECTS), "SQL dialect of the database"))
+    heartbeat_ms: int = field(
+        default=10_000, metadata=_meta(_int_between(1000, 300_000), "heartbeat_milliseconds of queries")
+    )
+    metadata_url: str | None = field(
+        default=None, metadata=_meta(_postgres_url, "Postgres URL of the metadata store (default: embedded)")
+    )
+    output_root: Path = field(default=Path(".local/lake"), metadata=_meta(_path, "root of the data lake"))
+    spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
+    namespace: str = field(default="live", metadata=_meta(_identifier, "lineage namespace"))
+    concurrency: int = field(default=4, metadata=_meta(_int_between(1, 256), "tokens extracted at once"))
+    home: Path = field(default=Path(".local"), metadata=_meta(_path, "where embedded services keep their data"))
+    emulator_host: str | None = field(
+        default=None, metadata=_meta(_optional_text, "host:port of an emulator or the local server")
+    )
+    streams: Mapping[str, Any] = field(default_factory=dict, metadata={"parse": None, "help": "[streams.*] tables"})
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _read_config_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(CONFIG_ENV, path, "the path of an existing TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(CONFIG_ENV, path, f"valid TOML ({exc})") from None
+
+
+def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Merge defaults, the config file, env vars and flags (None means 'not given'), then validate."""
+    env = os.environ if env is None else env
+    raw: dict[str, tuple[str, Any]] = {}
+    config_path = env.get(CONFIG_ENV)
+    streams: Mapping[str, Any] = {}
+    if config_path:
+        config = _read_config_file(config_path)
+        streams = config.pop("streams", {}) or {}
+        if not isinstance(streams, dict):
+            raise ConfigError("streams", streams, "TOML tables [streams.<name>]")
+        for key, value in config.items():
+            if key not in Settings.field_names():
+                raise ConfigError(f"{config_path}: {key}", value, "one of " + ", ".join(Settings.field_names()))
+            raw[key] = (f"{key} (in {config_path})", value)
+    if "SPANNER_EMULATOR_HOST" in env:
+        raw["emulator_host"] = ("SPANNER_EMULATOR_HOST", env["SPANNER_EMULATOR_HOST"])
+    for name in Settings.field_names():
+        env_name = ENV_PREFIX + name.upper()
+        if env_name in env and name != "streams":
+            raw[name] = (env_name, env[env_name])
+    for name, value in (flags or {}).items():
+        if value is not None and name in Settings.field_names():
+            raw[name] = ("--" + name.replace("_", "-"), value)
+    values: dict[str, Any] = {"streams": streams}
+    for f in dataclasses.fields(Settings):
+        if f.name in raw:
+            label, value = raw[f.name]
+            values[f.name] = f.metadata["parse"](label, value)
+    return Settings(**values)

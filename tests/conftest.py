@@ -1,0 +1,3 @@
+"""Shared fixtures; integration fixtures start real services once per run."""
+
+pytest_plugins = ["tests.fixtures.postgres"]
