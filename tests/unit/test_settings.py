@@ -1,0 +1,75 @@
+from pathlib import Path
+
+import pytest
+
+from spanner_cdc.errors import ConfigError
+from spanner_cdc.settings import load_settings
+
+
+def test_defaults_without_any_source() -> None:
+    settings = load_settings({}, env={})
+    assert settings.project == "local-project"
+    assert settings.heartbeat_ms == 10_000
+    assert settings.spark_master == "local[*]"
+    assert settings.metadata_url is None
+    assert settings.output_root == Path(".local/lake")
+
+
+def test_flags_beat_env_which_beats_the_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "cdc.toml"
+    config.write_text('project = "from-file"\ninstance = "file-inst"\ndatabase = "file-db"\n')
+    env = {"SPANNER_CDC_CONFIG": str(config), "SPANNER_CDC_INSTANCE": "env-inst", "SPANNER_CDC_DATABASE": "env-db"}
+    settings = load_settings({"database": "flag-db", "project": None}, env=env)
+    assert settings.project == "from-file"
+    assert settings.instance == "env-inst"
+    assert settings.database == "flag-db"
+
+
+def test_streams_tables_are_kept_for_the_stream_config(tmp_path: Path) -> None:
+    config = tmp_path / "cdc.toml"
+    config.write_text('[streams.orders]\nchange_stream = "OrdersStream"\n')
+    settings = load_settings({}, env={"SPANNER_CDC_CONFIG": str(config)})
+    assert settings.streams == {"orders": {"change_stream": "OrdersStream"}}
+
+
+@pytest.mark.parametrize(
+    ("flags", "field", "accepted"),
+    [
+        ({"heartbeat_ms": "999"}, "--heartbeat-ms", "[1000, 300000]"),
+        ({"heartbeat_ms": "often"}, "--heartbeat-ms", "integer"),
+        ({"stream": "bad name"}, "--stream", "identifier"),
+        ({"stream": "x'; DROP"}, "--stream", "identifier"),
+        ({"spark_master": "yarn"}, "--spark-master", "sc://host:port"),
+        ({"metadata_url": "mysql://x"}, "--metadata-url", "Postgres URL"),
+        ({"dialect": "oracle"}, "--dialect", "POSTGRESQL"),
+    ],
+)
+def test_bad_values_name_the_field_the_value_and_what_is_accepted(flags: dict, field: str, accepted: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(flags, env={})
+    message = str(info.value)
+    assert field in message
+    assert repr(next(iter(flags.values()))) in message
+    assert accepted in message
+    assert info.value.exit_code == 2
+
+
+def test_env_values_are_validated_and_named_by_their_variable() -> None:
+    with pytest.raises(ConfigError, match="SPANNER_CDC_CONCURRENCY"):
+        load_settings({}, env={"SPANNER_CDC_CONCURRENCY": "0"})
+
+
+def test_config_file_errors_name_the_file_and_key(tmp_path: Path) -> None:
+    config = tmp_path / "cdc.toml"
+    config.write_text("heartbeat_ms = 5\n")
+    with pytest.raises(ConfigError, match=r"heartbeat_ms \(in .*cdc.toml\)"):
+        load_settings({}, env={"SPANNER_CDC_CONFIG": str(config)})
+    config.write_text("colour = 'blue'\n")
+    with pytest.raises(ConfigError, match="colour"):
+        load_settings({}, env={"SPANNER_CDC_CONFIG": str(config)})
+    with pytest.raises(ConfigError, match="existing TOML file"):
+        load_settings({}, env={"SPANNER_CDC_CONFIG": str(tmp_path / "missing.toml")})
+
+
+def test_dialect_is_case_insensitive_and_canonical() -> None:
+    assert load_settings({"dialect": "postgresql"}, env={}).dialect == "POSTGRESQL"
