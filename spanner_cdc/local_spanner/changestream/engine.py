@@ -1,0 +1,436 @@
+"""The change stream engine of the local server: streams, the change log, partitions and queries."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.local_spanner.changestream import codec
+from spanner_cdc.local_spanner.changestream.journal import Journal
+from spanner_cdc.local_spanner.changestream.partitions import KEY_SPACE, Partition, from_us, split_ranges, to_us
+from spanner_cdc.local_spanner.changestream.policy import PartitionPolicy
+from spanner_cdc.local_spanner.changestream.query import StreamState, read_partition, read_roots
+from spanner_cdc.local_spanner.changestream.records import build_transaction
+from spanner_cdc.local_spanner.clock import ServerClock
+from spanner_cdc.local_spanner.model import QueryError, RowChange, StreamDef, TableInfo
+from spanner_cdc.records import VALUE_CAPTURE_TYPES
+
+log = logging.getLogger(__name__)
+
+# A timestamp handed out by the clock that has not reached commit() after this long (real seconds)
+# belongs to a commit that will never arrive (failed, or had nothing for the engine); stop waiting.
+STALE_TIMESTAMP_SECONDS = 2.0
+
+
+class ChangeStreamEngine:
+    """Thread-safe. commit() must be called in commit timestamp order (the server's commit lock)
+    for every commit, also those without tracked changes, so readers learn that time has passed."""
+
+    def __init__(self, clock: ServerClock, data_dir: Path | None = None, policy: PartitionPolicy | None = None) -> None:
+        self.clock = clock
+        self.policy = policy or PartitionPolicy()
+        self.cond = threading.Condition(threading.RLock())
+        self._dbs: dict[str, dict[str, TableInfo]] = {}
+        self._streams: dict[str, dict[str, StreamState]] = {}
+        self._appended = 0  # newest commit timestamp handed to commit(), µs
+        self._frontier = 0  # every commit <= this is in the log, and none will come; µs
+        self._pending: tuple[int, float] | None = None  # (issued timestamp, real time first seen)
+        self._version = 0
+        self._journal: Journal | None = None
+        if data_dir is not None:
+            self._journal = Journal(Path(data_dir) / "changestreams")
+            self._recover(self._journal)
+
+    # ----------------------------------------------------------------- streams and schema
+
+    def create_stream(self, db: str, stream: StreamDef, tables: Mapping[str, TableInfo]) -> None:
+        with self.cond:
+            existing = self._streams.get(db, {}).get(stream.name)
+            if existing is not None:
+                if _same_definition(existing.definition, stream):
+                    return  # replayed DDL after a restart
+                raise QueryError("ALREADY_EXISTS", f"change stream {stream.name} already exists in {db}")
+            self._set_tables(db, tables)
+            _validate(stream, self._dbs[db])
+            created = max(
+                to_us(stream.created_at) if stream.created_at else to_us(self.clock.now()), self._appended + 1
+            )
+            definition = replace(stream, created_at=from_us(created))
+            state = StreamState(db=db, definition=definition, created=created)
+            self._streams.setdefault(db, {})[stream.name] = state
+            self._write({"op": "stream", "db": db, "stream": codec.stream_to_json(definition)})
+            roots = [
+                Partition(token=self._mint(state), lo=lo, hi=hi, start=created)
+                for lo, hi in split_ranges(0, KEY_SPACE, self.policy.initial_partitions)
+            ]
+            state.last_reshape = created - 1
+            self._reshape_locked(state, created, [], roots)
+            log.info("%s: created at %s with %s partitions", stream.name, definition.created_at, len(roots))
+
+    def alter_stream(self, db: str, stream: StreamDef, tables: Mapping[str, TableInfo]) -> None:
+        with self.cond:
+            state = self._stream(db, stream.name)
+            self._set_tables(db, tables)
+            _validate(stream, self._dbs[db])
+            state.definition = replace(stream, created_at=from_us(state.created))
+            self._write({"op": "stream", "db": db, "stream": codec.stream_to_json(state.definition)})
+
+    def drop_stream(self, db: str, name: str) -> None:
+        with self.cond:
+            state = self._stream(db, name)
+            state.dropped = True
+            del self._streams[db][name]
+            self._write({"op": "drop", "db": db, "name": name})
+            self._changed_locked()
+
+    def update_tables(self, db: str, tables: Mapping[str, TableInfo]) -> None:
+        with self.cond:
+            self._set_tables(db, tables)
+
+    def streams(self, db: str) -> list[StreamDef]:
+        with self.cond:
+            return [state.definition for state in self._streams.get(db, {}).values()]
+
+    # ----------------------------------------------------------------- commits
+
+    def commit(self, db: str, commit_ts: datetime, transaction_id: str, tag: str, changes: Sequence[RowChange]) -> None:
+        ts = to_us(commit_ts)
+        with self.cond:
+            if ts <= self._appended:
+                raise ValueError(
+                    f"commit timestamp {commit_ts} is not after the previous one {from_us(self._appended)}"
+                )
+            if ts <= self._frontier:
+                log.error("commit at %s arrived after readers passed %s", commit_ts, from_us(self._frontier))
+            self._appended = ts
+            streams = list(self._streams.get(db, {}).values())
+            if changes and streams:
+                self._log_commit(db, streams, ts, transaction_id or f"{ts:016x}", tag or "", changes)
+            for state in streams:
+                self._tick_locked(state)
+            self._changed_locked()
+
+    def _log_commit(
+        self, db: str, streams: list[StreamState], ts: int, transaction_id: str, tag: str, changes: Sequence[RowChange]
+    ) -> None:
+        commit_timestamp = from_us(ts)
+        period = self.policy.split_period_us
+        logged: dict[str, list[Any]] = {}
+        touched: list[tuple[StreamState, dict[str, Partition]]] = []
+        for state in streams:
+            if ts < state.created:
+                continue
+            built = build_transaction(
+                state.definition,
+                self._dbs.get(db, {}),
+                changes,
+                lambda h, state=state: state.partitions.route(h, ts),  # type: ignore[misc]
+                commit_timestamp=commit_timestamp,
+                server_transaction_id=transaction_id,
+                transaction_tag=tag,
+            )
+            if not built:
+                continue
+            for partition, record in built:
+                partition.append(ts, record, period)
+            logged[state.definition.name] = [[p.token, codec.record_to_json(r)] for p, r in built]
+            touched.append((state, {p.token: p for p, _ in built}))
+        if logged:
+            self._write({"op": "commit", "ts": ts, "db": db, "streams": logged})
+        for state, partitions in touched:
+            self._split_hot_locked(state, partitions.values())
+
+    # ----------------------------------------------------------------- queries
+
+    def query(
+        self,
+        db: str,
+        stream: str,
+        token: str | None,
+        start: datetime,
+        end: datetime | None,
+        heartbeat_ms: int,
+        stop: threading.Event,
+    ) -> Iterator[dict[str, Any]]:
+        """Validates at once (raising QueryError) and returns the iterator of spec-shaped records."""
+        with self.cond:
+            state = self._stream(db, stream)
+            if not 1000 <= heartbeat_ms <= 300_000:
+                raise QueryError(
+                    "INVALID_ARGUMENT",
+                    f"heartbeat_milliseconds={heartbeat_ms} is out of range: it must be between 1000 and 300000",
+                )
+            start_us = to_us(start)
+            end_us = None if end is None else to_us(end)
+            if end_us is not None and end_us < start_us:
+                raise QueryError(
+                    "INVALID_ARGUMENT",
+                    f"end_timestamp {from_us(end_us).isoformat()} is before start_timestamp {from_us(start_us).isoformat()}",
+                )
+            if start_us < state.created:
+                raise QueryError(
+                    "OUT_OF_RANGE",
+                    f"start_timestamp {from_us(start_us).isoformat()} is before change stream {stream} was created; "
+                    f"the earliest allowed is {from_us(state.created).isoformat()}",
+                )
+            earliest = self.clock.now() - state.definition.retention
+            if start_us < to_us(earliest):
+                raise QueryError(
+                    "OUT_OF_RANGE",
+                    f"start_timestamp {from_us(start_us).isoformat()} is outside the retention period "
+                    f"({state.definition.retention}) of change stream {stream}; the earliest allowed is {earliest.isoformat()}",
+                )
+            if token is None:
+                return read_roots(self, state, start_us, stop)
+            partition = state.partitions.get(token)
+            if partition is None:
+                raise QueryError("NOT_FOUND", f"partition token {token!r} does not exist in change stream {stream}")
+        return read_partition(self, state, partition, start_us, end_us, heartbeat_ms * 1000, stop)
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def frontier_locked(self) -> int:
+        """The newest timestamp up to which the log is final: every commit <= it has been handed to
+        commit(), and every later commit will get a greater timestamp."""
+        now = to_us(self.clock.now())
+        last = self.clock.last_commit_timestamp
+        issued = None if last is None else to_us(last)
+        if issued is None or issued <= self._appended:
+            self._pending = None
+            candidate = max(now - 1, self._appended)
+        else:
+            # a commit holds a timestamp but has not reached commit() yet
+            real = time.monotonic()
+            if self._pending is None or self._pending[0] != issued:
+                self._pending = (issued, real)
+            stale = real - self._pending[1] > STALE_TIMESTAMP_SECONDS
+            candidate = max(now - 1, issued) if stale else self._appended
+        self._frontier = max(self._frontier, candidate)
+        return self._frontier
+
+    @property
+    def last_commit_timestamp(self) -> datetime | None:
+        with self.cond:
+            return from_us(self._appended) if self._appended else None
+
+    def close(self) -> None:
+        with self.cond:
+            if self._journal is not None:
+                self._journal.close()
+
+    # ----------------------------------------------------------------- splits and merges
+
+    def split(self, db: str, stream: str, token: str | None = None) -> list[str]:
+        with self.cond:
+            state = self._stream(db, stream)
+            alive = state.partitions.alive
+            if token is None:
+                parent = max(alive, key=lambda p: (p.hi - p.lo, -p.lo))
+            else:
+                parent = self._alive_partition(state, token)
+            if parent.hi - parent.lo < 2:
+                raise QueryError(
+                    "FAILED_PRECONDITION", f"partition {parent.token} covers a single key and cannot split"
+                )
+            children = self._split_locked(state, parent, self.policy.split_ways)
+            return [child.token for child in children]
+
+    def merge(self, db: str, stream: str, tokens: Sequence[str] | None = None) -> str:
+        with self.cond:
+            state = self._stream(db, stream)
+            if tokens is None:
+                runs = state.partitions.adjacent_runs(2)
+                if not runs:
+                    raise QueryError(
+                        "FAILED_PRECONDITION", f"change stream {stream} has a single partition: nothing to merge"
+                    )
+                parents = self.policy.rng(db, stream, -1 - state.minted).choice(runs)
+            else:
+                parents = [self._alive_partition(state, token) for token in dict.fromkeys(tokens)]
+                if len(parents) < 2 or not state.partitions.contiguous(parents):
+                    raise QueryError(
+                        "INVALID_ARGUMENT",
+                        f"partitions {list(tokens)} cannot merge: give two or more alive partitions with adjacent key ranges",
+                    )
+            return self._merge_locked(state, parents).token
+
+    def _split_locked(self, state: StreamState, parent: Partition, ways: int) -> list[Partition]:
+        at = self._reshape_time_locked(state)
+        children = [
+            Partition(token=self._mint(state), lo=lo, hi=hi, start=at, parents=(parent.token,))
+            for lo, hi in split_ranges(parent.lo, parent.hi, ways)
+        ]
+        self._reshape_locked(state, at, [parent.token], children)
+        log.info(
+            "%s %s: split at %s into %s", state.definition.name, parent.token, from_us(at), [c.token for c in children]
+        )
+        return children
+
+    def _merge_locked(self, state: StreamState, parents: Sequence[Partition]) -> Partition:
+        at = self._reshape_time_locked(state)
+        ordered = sorted(parents, key=lambda p: p.lo)
+        tokens = tuple(p.token for p in ordered)
+        child = Partition(token=self._mint(state), lo=ordered[0].lo, hi=ordered[-1].hi, start=at, parents=tokens)
+        self._reshape_locked(state, at, list(tokens), [child])
+        log.info("%s %s: merged at %s into %s", state.definition.name, ",".join(tokens), from_us(at), child.token)
+        return child
+
+    def _reshape_time_locked(self, state: StreamState) -> int:
+        # after everything readers may have seen (no reader saw a heartbeat past the change), and
+        # after the stream's previous change, so every partition lives at least one microsecond
+        return max(self.frontier_locked(), self._appended, state.last_reshape) + 1
+
+    def _reshape_locked(self, state: StreamState, at: int, parents: list[str], children: list[Partition]) -> None:
+        state.partitions.reshape(at, parents, children)
+        state.last_reshape = at
+        self._write(
+            {
+                "op": "reshape",
+                "db": state.db,
+                "stream": state.definition.name,
+                "at": at,
+                "parents": parents,
+                "children": [[c.token, str(c.lo), str(c.hi), list(c.parents)] for c in children],
+            }
+        )
+        self._changed_locked()
+
+    # ----------------------------------------------------------------- policy
+
+    def _split_hot_locked(self, state: StreamState, partitions: Any) -> None:
+        policy = self.policy
+        for partition in partitions:
+            room = policy.max_partitions - len(state.partitions.alive)
+            if partition.end is None and partition.window_count >= policy.split_records and room >= 1:
+                self._split_locked(state, partition, min(policy.split_ways, room + 1))
+
+    def next_event_due(self, stream: StreamState) -> int | None:
+        every = self.policy.event_every_us
+        return None if every is None else stream.created + (stream.events_done + 1) * every
+
+    def tick_locked(self, stream: StreamState) -> None:
+        self._tick_locked(stream)
+
+    def _tick_locked(self, state: StreamState) -> None:
+        """Apply the time-based and cold-merge rules whose time has come."""
+        if state.dropped:
+            return
+        policy = self.policy
+        now = to_us(self.clock.now())
+        every = policy.event_every_us
+        if every is not None and now >= state.created + (state.events_done + 1) * every:
+            due = (now - state.created) // every
+            for index in range(max(state.events_done + 1, due - policy.max_catchup_events + 1), due + 1):
+                self._time_event_locked(state, index)
+            state.events_done = due
+            self._write({"op": "events", "db": state.db, "stream": state.definition.name, "done": due})
+        idle = policy.merge_idle_us
+        alive = state.partitions.alive
+        if idle is None or len(alive) <= policy.min_partitions:
+            return
+        frontier = self.frontier_locked()
+        for run in state.partitions.adjacent_runs(2):
+            if all(frontier - (p.last_record or p.start) >= idle for p in run):
+                self._merge_locked(state, run)
+                return
+
+    def _time_event_locked(self, state: StreamState, index: int) -> None:
+        policy = self.policy
+        alive = state.partitions.alive
+        kind = policy.event_kind(index)
+        if kind == "split" and len(alive) >= policy.max_partitions:
+            kind = "merge"
+        if kind == "merge" and len(alive) <= policy.min_partitions:
+            kind = "split" if len(alive) < policy.max_partitions else "none"
+        rng = policy.rng(state.db, state.definition.name, index)
+        if kind == "split":
+            self._split_locked(state, rng.choice(alive), min(policy.split_ways, policy.max_partitions - len(alive) + 1))
+        elif kind == "merge":
+            self._merge_locked(state, rng.choice(state.partitions.adjacent_runs(2)))
+
+    # ----------------------------------------------------------------- helpers
+
+    def _changed_locked(self) -> None:
+        self._version += 1
+        self.cond.notify_all()
+
+    def _mint(self, state: StreamState) -> str:
+        state.minted += 1
+        seed = f"{state.db}\x00{state.definition.name}\x00{state.created}\x00{state.minted}".encode()
+        return base64.b32encode(hashlib.blake2b(seed, digest_size=15).digest()).decode().lower()
+
+    def _stream(self, db: str, name: str) -> StreamState:
+        state = self._streams.get(db, {}).get(name)
+        if state is None:
+            raise QueryError("NOT_FOUND", f"change stream {name} does not exist in database {db}")
+        return state
+
+    def _alive_partition(self, state: StreamState, token: str) -> Partition:
+        partition = state.partitions.get(token)
+        if partition is None:
+            raise QueryError(
+                "NOT_FOUND", f"partition token {token!r} does not exist in change stream {state.definition.name}"
+            )
+        if partition.end is not None:
+            raise QueryError("FAILED_PRECONDITION", f"partition {token} already ended at {from_us(partition.end)}")
+        return partition
+
+    def _set_tables(self, db: str, tables: Mapping[str, TableInfo]) -> None:
+        self._dbs[db] = dict(tables)
+        self._write({"op": "tables", "db": db, "tables": [codec.table_to_json(t) for t in tables.values()]})
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        if self._journal is not None:
+            self._journal.write(entry)
+
+    def _recover(self, journal: Journal) -> None:
+        period = self.policy.split_period_us
+        for entry in journal.replay():
+            codec.apply(entry, self._dbs, self._streams, period)
+            if entry["op"] == "commit":
+                self._appended = max(self._appended, entry["ts"])
+        self._frontier = self._appended
+        last = self.clock.last_commit_timestamp
+        if (
+            self._appended
+            and to_us(self.clock.now()) <= self._appended
+            and (last is None or to_us(last) < self._appended)
+        ):
+            raise ValueError(
+                f"the server clock ({self.clock.now()}) is behind the recovered change log "
+                f"({from_us(self._appended)}): create ServerClock(not_before=last commit timestamp)"
+            )
+
+
+def _same_definition(a: StreamDef, b: StreamDef) -> bool:
+    return (a.tables, a.value_capture_type, a.retention, dict(a.options)) == (
+        b.tables,
+        b.value_capture_type,
+        b.retention,
+        dict(b.options),
+    )
+
+
+def _validate(stream: StreamDef, tables: Mapping[str, TableInfo]) -> None:
+    if stream.value_capture_type not in VALUE_CAPTURE_TYPES:
+        raise QueryError(
+            "INVALID_ARGUMENT",
+            f"value_capture_type={stream.value_capture_type!r}: expected one of {', '.join(VALUE_CAPTURE_TYPES)}",
+        )
+    for table, columns in (stream.tables or {}).items():
+        if table not in tables:
+            raise QueryError("NOT_FOUND", f"change stream {stream.name}: table {table} does not exist")
+        known = {c.name for c in tables[table].columns}
+        for column in columns or ():
+            if column not in known:
+                raise QueryError("NOT_FOUND", f"change stream {stream.name}: column {table}.{column} does not exist")

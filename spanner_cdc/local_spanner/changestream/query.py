@@ -1,0 +1,153 @@
+"""Change stream queries: the NULL-token root query and the streaming read of one partition."""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from spanner_cdc.local_spanner.changestream.partitions import Partition, PartitionSet, from_us, to_us
+from spanner_cdc.local_spanner.clock import ServerClock
+from spanner_cdc.local_spanner.model import QueryError, StreamDef
+
+# Upper bound of one wait, so a cancelled query (stop set) ends quickly even when nothing happens.
+MAX_WAIT_SECONDS = 0.05
+MIN_WAIT_SECONDS = 0.0002
+FIRST_SEQUENCE = "00000000"
+
+
+@dataclass(eq=False)
+class StreamState:
+    """One change stream of one database: its definition and partitions."""
+
+    db: str
+    definition: StreamDef
+    created: int  # µs
+    partitions: PartitionSet = field(default_factory=PartitionSet)
+    minted: int = 0  # partitions created so far, numbers the next token
+    events_done: int = 0  # time-based policy events consumed
+    last_reshape: int = 0  # µs of the latest split or merge
+    dropped: bool = False
+
+
+class QueryHost(Protocol):
+    """What a query needs from the engine; every *_locked call is made holding `cond`."""
+
+    clock: ServerClock
+    cond: threading.Condition
+
+    @property
+    def version(self) -> int: ...
+
+    def frontier_locked(self) -> int: ...
+
+    def tick_locked(self, stream: StreamState) -> None: ...
+
+    def next_event_due(self, stream: StreamState) -> int | None: ...
+
+
+def read_roots(host: QueryHost, stream: StreamState, start: int, stop: threading.Event) -> Iterator[dict[str, Any]]:
+    """The partitions alive at `start`, as one child partitions record without parents."""
+    with host.cond:
+        while True:
+            _check_alive(stream)
+            host.tick_locked(stream)
+            # only once `start` is final can no later split or merge change who was alive at it
+            if host.frontier_locked() >= start:
+                roots = stream.partitions.alive_at(start)
+                break
+            if stop.is_set():
+                return
+            host.cond.wait(_wait_seconds(host, start + 1))
+    yield {
+        "child_partitions_record": {
+            "start_timestamp": from_us(start),
+            "record_sequence": FIRST_SEQUENCE,
+            "child_partitions": [{"token": p.token, "parent_partition_tokens": []} for p in roots],
+        }
+    }
+
+
+def read_partition(
+    host: QueryHost,
+    stream: StreamState,
+    partition: Partition,
+    start: int,
+    end: int | None,
+    heartbeat_us: int,
+    stop: threading.Event,
+) -> Iterator[dict[str, Any]]:
+    """Records of `partition` with commit timestamp in [start, end], heartbeats when idle, and its
+    child partitions record if it ends within the range."""
+    clock = host.clock
+    timestamps, records = partition.timestamps, partition.records
+    position = bisect_left(timestamps, start)
+    covered = start - 1  # every record of the partition <= covered has been yielded
+    last_output = to_us(clock.now())
+    while not stop.is_set():
+        with host.cond:
+            _check_alive(stream)
+            host.tick_locked(stream)
+            frontier = host.frontier_locked()
+            seen_version = host.version
+            partition_end = partition.end
+        # the frontier guarantees every commit <= it is logged, so nothing can still arrive below it
+        limit = frontier if end is None else min(frontier, end)
+        if partition_end is not None:
+            limit = min(limit, partition_end - 1)
+        if limit > covered:
+            upto = bisect_right(timestamps, limit, position)
+            if upto > position:
+                for index in range(position, upto):
+                    yield {"data_change_record": records[index]}
+                position = upto
+                last_output = to_us(clock.now())
+            covered = limit
+        if partition_end is not None and frontier >= partition_end - 1 and (end is None or end >= partition_end):
+            yield _child_partitions_record(stream.partitions, partition)
+            return
+        if end is not None and frontier >= end:
+            return
+        now = to_us(clock.now())
+        if now - last_output >= heartbeat_us and covered >= start:
+            yield {"heartbeat_record": {"timestamp": from_us(covered)}}
+            last_output = now
+            continue
+        # wake up for whatever can happen next without a commit: heartbeat, end, partition end, policy
+        targets = [last_output + heartbeat_us if covered >= start else start + 1]
+        if end is not None:
+            targets.append(end + 1)
+        if partition_end is not None:
+            targets.append(partition_end)
+        with host.cond:
+            due = host.next_event_due(stream)
+            if due is not None:
+                targets.append(due)
+            if host.version == seen_version and not stop.is_set():
+                host.cond.wait(_wait_seconds(host, min(targets)))
+
+
+def _child_partitions_record(partitions: PartitionSet, parent: Partition) -> dict[str, Any]:
+    assert parent.end is not None
+    children = [partitions.by_token[token] for token in parent.children]
+    return {
+        "child_partitions_record": {
+            "start_timestamp": from_us(parent.end),
+            "record_sequence": FIRST_SEQUENCE,
+            "child_partitions": [
+                {"token": child.token, "parent_partition_tokens": list(child.parents)} for child in children
+            ],
+        }
+    }
+
+
+def _check_alive(stream: StreamState) -> None:
+    if stream.dropped:
+        raise QueryError("NOT_FOUND", f"change stream {stream.definition.name} was dropped during the query")
+
+
+def _wait_seconds(host: QueryHost, target: int) -> float:
+    # the floor keeps a reader from spinning while a commit that holds an earlier timestamp lands
+    return max(MIN_WAIT_SECONDS, min(MAX_WAIT_SECONDS, host.clock.real_seconds_until(from_us(target))))
