@@ -1,0 +1,385 @@
+"""Client result rows -> typed change records, by field name, for both SQL dialects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from google.cloud.spanner_v1 import TypeCode
+from google.cloud.spanner_v1.data_types import JsonObject
+
+from spanner_cdc.errors import SourceError
+from spanner_cdc.queries import GOOGLE_STANDARD_SQL, POSTGRESQL, validate_dialect
+from spanner_cdc.records import (
+    MOD_TYPES,
+    VALUE_CAPTURE_TYPES,
+    ChangeRecord,
+    ChildPartition,
+    ChildPartitionsRecord,
+    ColumnType,
+    DataChangeRecord,
+    HeartbeatRecord,
+    Mod,
+)
+
+RowMapper = Callable[[Sequence[Any]], list[ChangeRecord]]
+
+RECORD_KINDS = ("data_change_record", "heartbeat_record", "child_partitions_record")
+DATA_CHANGE_FIELDS = (
+    "commit_timestamp",
+    "record_sequence",
+    "server_transaction_id",
+    "is_last_record_in_transaction_in_partition",
+    "table_name",
+    "column_types",
+    "mods",
+    "mod_type",
+    "value_capture_type",
+    "number_of_records_in_transaction",
+    "number_of_partitions_in_transaction",
+    "transaction_tag",
+    "is_system_transaction",
+)
+COLUMN_TYPE_FIELDS = ("name", "type", "is_primary_key", "ordinal_position")
+MOD_FIELDS = ("keys", "new_values", "old_values")
+HEARTBEAT_FIELDS = ("timestamp",)
+CHILD_PARTITIONS_FIELDS = ("start_timestamp", "record_sequence", "child_partitions")
+CHILD_PARTITION_FIELDS = ("token", "parent_partition_tokens")
+_MOD_TYPES = frozenset(MOD_TYPES)
+_VALUE_CAPTURE_TYPES = frozenset(VALUE_CAPTURE_TYPES)
+# what a malformed row makes the mapping code raise; turned into SourceError with the raw row
+_SHAPE_ERRORS = (IndexError, KeyError, TypeError, ValueError, AttributeError)
+
+
+class _Malformed(Exception):
+    """Raised inside the hot path; carries what was wrong, the caller adds the raw row."""
+
+
+def row_mapper(dialect: str, fields: Sequence[Any]) -> RowMapper:
+    """A function row -> records for one result set; field positions are looked up once, here."""
+    dialect = validate_dialect(dialect)
+    if dialect == POSTGRESQL:
+        return _postgresql_mapper(fields)
+    return _googlesql_mapper(fields)
+
+
+# ---- shared field checks and record construction -------------------------------------------
+
+
+def _text(value: Any, name: str) -> str:
+    if type(value) is not str:
+        raise _Malformed(f"{name} is not a string")
+    return value
+
+
+def _int(value: Any, name: str) -> int:
+    if type(value) is int:
+        return value
+    if type(value) is str and value.isdigit():  # INT64 inside JSON may be text
+        return int(value)
+    raise _Malformed(f"{name} is not an integer")
+
+
+def _bool(value: Any, name: str) -> bool:
+    if value is None:
+        return False
+    if type(value) is not bool:
+        raise _Malformed(f"{name} is not a boolean")
+    return value
+
+
+def _sequence(value: Any, name: str) -> str:
+    if type(value) is str:
+        return value
+    if type(value) is int:  # the spec's own examples show record_sequence as a number, too
+        return str(value)
+    raise _Malformed(f"{name} is not a string")
+
+
+def _json_object(value: Any, name: str, null_is_empty: bool) -> dict[str, Any]:
+    """A JSON object as a plain dict; the client decodes JSON to JsonObject, which also models
+    arrays, scalars and null as (empty) dicts, so those are told apart here."""
+    if type(value) is dict:
+        return value
+    if isinstance(value, JsonObject):
+        if value._is_array or value._is_scalar_value:
+            raise _Malformed(f"{name} is not a JSON object")
+        if value._is_null:
+            if null_is_empty:
+                return {}
+            raise _Malformed(f"{name} is null")
+        return dict(value)
+    if value is None and null_is_empty:
+        return {}
+    raise _Malformed(f"{name} is not a JSON object")
+
+
+def _list(value: Any, name: str) -> list[Any]:
+    if value is None:
+        return []
+    if type(value) is not list:
+        raise _Malformed(f"{name} is not an array")
+    return value
+
+
+def _timestamp(value: Any, name: str) -> datetime:
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value
+    raise _Malformed(f"{name} is not a timestamp")
+
+
+def _parse_timestamp(value: Any, name: str) -> datetime:
+    """RFC 3339 text (PostgreSQL dialect) -> aware UTC datetime; nanoseconds are truncated to µs."""
+    if type(value) is not str or len(value) < 20 or value[10] != "T":
+        raise _Malformed(f"{name} is not an RFC 3339 timestamp")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise _Malformed(f"{name} is not an RFC 3339 timestamp") from None
+    if parsed.tzinfo is None:
+        raise _Malformed(f"{name} has no time zone")
+    return parsed if value[-1] == "Z" else parsed.astimezone(UTC)
+
+
+def _data_change(
+    commit_timestamp: datetime,
+    record_sequence: Any,
+    server_transaction_id: Any,
+    is_last: Any,
+    table_name: Any,
+    column_types: tuple[ColumnType, ...],
+    mods: tuple[Mod, ...],
+    mod_type: Any,
+    value_capture_type: Any,
+    records_in_transaction: Any,
+    partitions_in_transaction: Any,
+    transaction_tag: Any,
+    is_system_transaction: Any,
+) -> DataChangeRecord:
+    if mod_type not in _MOD_TYPES:
+        raise _Malformed(f"unknown mod_type {mod_type!r}")
+    if value_capture_type not in _VALUE_CAPTURE_TYPES:
+        raise _Malformed(f"unknown value_capture_type {value_capture_type!r}")
+    if not mods:
+        raise _Malformed("data change record without mods")
+    return DataChangeRecord(
+        commit_timestamp=commit_timestamp,
+        record_sequence=_sequence(record_sequence, "record_sequence"),
+        server_transaction_id=_text(server_transaction_id, "server_transaction_id"),
+        is_last_record_in_transaction_in_partition=_bool(is_last, "is_last_record_in_transaction_in_partition"),
+        table_name=_text(table_name, "table_name"),
+        column_types=column_types,
+        mods=mods,
+        mod_type=mod_type,
+        value_capture_type=value_capture_type,
+        number_of_records_in_transaction=_int(records_in_transaction, "number_of_records_in_transaction"),
+        number_of_partitions_in_transaction=_int(partitions_in_transaction, "number_of_partitions_in_transaction"),
+        transaction_tag="" if transaction_tag is None else _text(transaction_tag, "transaction_tag"),
+        is_system_transaction=_bool(is_system_transaction, "is_system_transaction"),
+    )
+
+
+def _parent_tokens(value: Any) -> tuple[str, ...]:
+    # root partitions list no parent, or (in the spec's example) a single NULL parent
+    return tuple(_text(token, "parent_partition_tokens[]") for token in _list(value, "parent_partition_tokens") if token is not None)
+
+
+# ---- GoogleSQL: STRUCTs arrive as positional lists, names only in the result metadata --------
+
+
+def _struct_fields(field_type: Any, what: str) -> list[str]:
+    """Names of an ARRAY<STRUCT<...>> type's struct fields."""
+    if field_type.code != TypeCode.ARRAY or field_type.array_element_type.code != TypeCode.STRUCT:
+        raise SourceError(f"unexpected result metadata: {what} is not an ARRAY<STRUCT>", raw=str(field_type))
+    return [f.name for f in field_type.array_element_type.struct_type.fields]
+
+
+def _struct_type(field_type: Any, name: str) -> Any:
+    for f in field_type.array_element_type.struct_type.fields:
+        if f.name == name:
+            return f.type_
+    raise SourceError(f"unexpected result metadata: no field {name}", raw=str(field_type))
+
+
+def _positions(names: list[str], wanted: Sequence[str], what: str, raw: Any) -> list[int]:
+    missing = [name for name in wanted if name not in names]
+    if missing:
+        raise SourceError(f"unexpected result metadata: {what} lacks {', '.join(missing)}", raw=str(raw))
+    return [names.index(name) for name in wanted]
+
+
+def _googlesql_mapper(fields: Sequence[Any]) -> RowMapper:
+    names = [f.name for f in fields]
+    column = names.index("ChangeRecord") if "ChangeRecord" in names else (0 if len(names) == 1 else -1)
+    if column < 0:
+        raise SourceError("unexpected result metadata: no ChangeRecord column", raw=str(list(fields)))
+    record_type = fields[column].type_
+    outer_names = _struct_fields(record_type, "ChangeRecord")
+    kinds = [name for name in outer_names if name in RECORD_KINDS]
+    if not kinds:
+        raise SourceError("unexpected result metadata: ChangeRecord holds no known record kind", raw=str(record_type))
+    unknown = [i for i, name in enumerate(outer_names) if name not in RECORD_KINDS]
+    dcr_at = hb_at = cp_at = -1
+    if "data_change_record" in outer_names:
+        dcr_type = _struct_type(record_type, "data_change_record")
+        dcr_at = outer_names.index("data_change_record")
+        dcr = _positions(_struct_fields(dcr_type, "data_change_record"), DATA_CHANGE_FIELDS, "data_change_record", dcr_type)
+        ct = _positions(_struct_fields(_struct_type(dcr_type, "column_types"), "column_types"), COLUMN_TYPE_FIELDS, "column_types", dcr_type)
+        md = _positions(_struct_fields(_struct_type(dcr_type, "mods"), "mods"), MOD_FIELDS, "mods", dcr_type)
+    if "heartbeat_record" in outer_names:
+        hb_type = _struct_type(record_type, "heartbeat_record")
+        hb_at = outer_names.index("heartbeat_record")
+        (hb_ts,) = _positions(_struct_fields(hb_type, "heartbeat_record"), HEARTBEAT_FIELDS, "heartbeat_record", hb_type)
+    if "child_partitions_record" in outer_names:
+        cp_type = _struct_type(record_type, "child_partitions_record")
+        cp_at = outer_names.index("child_partitions_record")
+        cp = _positions(_struct_fields(cp_type, "child_partitions_record"), CHILD_PARTITIONS_FIELDS, "child_partitions_record", cp_type)
+        ch = _positions(_struct_fields(_struct_type(cp_type, "child_partitions"), "child_partitions"), CHILD_PARTITION_FIELDS, "child_partitions", cp_type)
+
+    def data_change(s: list[Any]) -> DataChangeRecord:
+        i_name, i_type, i_pk, i_pos = ct
+        i_keys, i_new, i_old = md
+        column_types = tuple(
+            ColumnType(
+                _text(c[i_name], "column_types.name"),
+                _json_object(c[i_type], "column_types.type", False),
+                _bool(c[i_pk], "column_types.is_primary_key"),
+                _int(c[i_pos], "column_types.ordinal_position"),
+            )
+            for c in _list(s[dcr[5]], "column_types")
+        )
+        mods = tuple(
+            Mod(
+                _json_object(m[i_keys], "mods.keys", False),
+                _json_object(m[i_new], "mods.new_values", True),
+                _json_object(m[i_old], "mods.old_values", True),
+            )
+            for m in _list(s[dcr[6]], "mods")
+        )
+        return _data_change(
+            _timestamp(s[dcr[0]], "commit_timestamp"), s[dcr[1]], s[dcr[2]], s[dcr[3]], s[dcr[4]], column_types, mods,
+            s[dcr[7]], s[dcr[8]], s[dcr[9]], s[dcr[10]], s[dcr[11]], s[dcr[12]],
+        )  # fmt: skip
+
+    def child_partitions(s: list[Any]) -> ChildPartitionsRecord:
+        i_token, i_parents = ch
+        return ChildPartitionsRecord(
+            start_timestamp=_timestamp(s[cp[0]], "start_timestamp"),
+            record_sequence=_sequence(s[cp[1]], "record_sequence"),
+            child_partitions=tuple(
+                ChildPartition(_text(c[i_token], "child_partitions.token"), _parent_tokens(c[i_parents]))
+                for c in _list(s[cp[2]], "child_partitions")
+            ),
+        )
+
+    def map_row(row: Sequence[Any]) -> list[ChangeRecord]:
+        out: list[ChangeRecord] = []
+        try:
+            for element in _list(row[column], "ChangeRecord"):
+                produced = len(out)
+                if dcr_at >= 0 and element[dcr_at]:
+                    out.extend(data_change(s) for s in element[dcr_at])
+                if hb_at >= 0 and element[hb_at]:
+                    out.extend(HeartbeatRecord(_timestamp(s[hb_ts], "timestamp")) for s in element[hb_at])
+                if cp_at >= 0 and element[cp_at]:
+                    out.extend(child_partitions(s) for s in element[cp_at])
+                if len(out) == produced:
+                    if any(element[i] for i in unknown):
+                        raise _Malformed("unknown record kind")
+                    raise _Malformed("change record element holds no record")
+        except _Malformed as exc:
+            raise SourceError(f"malformed change record: {exc}", raw=row) from None
+        except _SHAPE_ERRORS as exc:
+            raise SourceError(f"malformed change record ({type(exc).__name__}: {exc})", raw=row) from None
+        if not out:
+            raise SourceError("malformed change record: empty ChangeRecord array", raw=row)
+        return out
+
+    return map_row
+
+
+# ---- PostgreSQL: one JSON object per row with exactly one key ------------------------------
+
+
+def _pg_data_change(d: dict[str, Any]) -> DataChangeRecord:
+    column_types = tuple(
+        ColumnType(
+            _text(c["name"], "column_types.name"),
+            _json_object(c["type"], "column_types.type", False),
+            _bool(c["is_primary_key"], "column_types.is_primary_key"),
+            _int(c["ordinal_position"], "column_types.ordinal_position"),
+        )
+        for c in _list(d["column_types"], "column_types")
+    )
+    mods = tuple(
+        Mod(
+            _json_object(m["keys"], "mods.keys", False),
+            _json_object(m.get("new_values"), "mods.new_values", True),
+            _json_object(m.get("old_values"), "mods.old_values", True),
+        )
+        for m in _list(d["mods"], "mods")
+    )
+    return _data_change(
+        _parse_timestamp(d["commit_timestamp"], "commit_timestamp"), d["record_sequence"], d["server_transaction_id"],
+        d.get("is_last_record_in_transaction_in_partition"), d["table_name"], column_types, mods, d["mod_type"],
+        d["value_capture_type"], d["number_of_records_in_transaction"], d["number_of_partitions_in_transaction"],
+        d.get("transaction_tag"), d.get("is_system_transaction"),
+    )  # fmt: skip
+
+
+def _pg_heartbeat(d: dict[str, Any]) -> HeartbeatRecord:
+    return HeartbeatRecord(_parse_timestamp(d["timestamp"], "timestamp"))
+
+
+def _pg_child_partitions(d: dict[str, Any]) -> ChildPartitionsRecord:
+    return ChildPartitionsRecord(
+        start_timestamp=_parse_timestamp(d["start_timestamp"], "start_timestamp"),
+        record_sequence=_sequence(d["record_sequence"], "record_sequence"),
+        child_partitions=tuple(
+            ChildPartition(_text(c["token"], "child_partitions.token"), _parent_tokens(c.get("parent_partition_tokens")))
+            for c in _list(d["child_partitions"], "child_partitions")
+        ),
+    )
+
+
+_PG_KINDS: dict[str, Callable[[dict[str, Any]], ChangeRecord]] = {
+    "data_change_record": _pg_data_change,
+    "heartbeat_record": _pg_heartbeat,
+    "child_partitions_record": _pg_child_partitions,
+}
+
+
+def map_postgresql_value(value: Any) -> ChangeRecord:
+    """One decoded JSON column value (an object with exactly one record kind) -> one record."""
+    try:
+        if not isinstance(value, dict) or (isinstance(value, JsonObject) and (value._is_array or value._is_scalar_value or value._is_null)):
+            raise _Malformed("the row is not a JSON object")
+        if len(value) != 1:
+            raise _Malformed(f"expected exactly one of {', '.join(RECORD_KINDS)}, got keys {sorted(value)}")
+        ((kind, body),) = value.items()
+        build = _PG_KINDS.get(kind)
+        if build is None:
+            raise _Malformed(f"unknown record kind {kind!r}")
+        if type(body) is not dict:
+            raise _Malformed(f"{kind} is not a JSON object")
+        return build(body)
+    except _Malformed as exc:
+        raise SourceError(f"malformed change record: {exc}", raw=value) from None
+    except _SHAPE_ERRORS as exc:
+        raise SourceError(f"malformed change record ({type(exc).__name__}: {exc})", raw=value) from None
+
+
+def _postgresql_mapper(fields: Sequence[Any]) -> RowMapper:
+    if len(fields) != 1 or fields[0].type_.code != TypeCode.JSON:
+        raise SourceError("unexpected result metadata: expected one JSON column", raw=str(list(fields)))
+
+    def map_row(row: Sequence[Any]) -> list[ChangeRecord]:
+        if len(row) != 1:
+            raise SourceError("malformed change record: expected one column", raw=row)
+        return [map_postgresql_value(row[0])]
+
+    return map_row
+
+
+__all__ = ["GOOGLE_STANDARD_SQL", "POSTGRESQL", "RowMapper", "map_postgresql_value", "row_mapper"]
