@@ -1,0 +1,49 @@
+"""Lineage and checkpoint store in Postgres: partition state machine, windows, manifests."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spanner_cdc.store.metadata_store import MetadataStore
+from spanner_cdc.store.models import (
+    Claim,
+    LeaseLost,
+    Lineage,
+    LineageGraph,
+    ManifestFile,
+    PartitionRow,
+    WindowRow,
+    WindowStatus,
+)
+from spanner_cdc.store.rules import State
+
+if TYPE_CHECKING:
+    from spanner_cdc.settings import Settings
+
+__all__ = [
+    "Claim",
+    "LeaseLost",
+    "Lineage",
+    "LineageGraph",
+    "ManifestFile",
+    "MetadataStore",
+    "PartitionRow",
+    "State",
+    "WindowRow",
+    "WindowStatus",
+    "open_store",
+]
+
+
+def open_store(settings: Settings, *, check_schema: bool = True) -> MetadataStore:
+    """The store named by the settings (the embedded Postgres by default), schema checked unless told not to."""
+    from spanner_cdc.embedded_pg import metadata_url
+
+    store = MetadataStore.connect(metadata_url(settings.home, settings.metadata_url))
+    if check_schema:
+        try:
+            store.check_schema()
+        except BaseException:
+            store.close()
+            raise
+    return store

@@ -1,0 +1,178 @@
+"""Store part for lineages and their partitions: create, bootstrap roots, list, low watermark, graph."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from spanner_cdc.errors import NotFound, StoreError
+from spanner_cdc.records import ChildPartition
+from spanner_cdc.store import rules
+from spanner_cdc.store.models import Lineage, LineageGraph, PartitionRow
+from spanner_cdc.store.rows import (
+    LINEAGE_COLUMNS,
+    PARTITION_SELECT,
+    WINDOW_COLUMNS,
+    StoreBase,
+    lineage_from,
+    partition_from,
+    utc,
+    window_from,
+)
+
+INSERT_LINEAGE = sa.text(
+    "INSERT INTO cdc_lineages (stream, namespace, database) VALUES (:stream, :namespace, :database) "
+    "ON CONFLICT (stream, namespace) DO NOTHING"
+)
+SELECT_LINEAGE = sa.text(f"SELECT {LINEAGE_COLUMNS} FROM cdc_lineages WHERE stream = :stream AND namespace = :namespace")
+INSERT_ROOTS = sa.text(
+    """
+    INSERT INTO cdc_partitions (lineage_id, token, partition_start, state, ready_at)
+    SELECT :lineage_id, token, :start, 'READY', clock_timestamp() FROM unnest(CAST(:tokens AS text[])) AS token
+    ON CONFLICT (lineage_id, token) DO NOTHING
+    RETURNING token
+    """
+)
+READY_TOKENS = sa.text(
+    PARTITION_SELECT
+    + """
+    WHERE p.lineage_id = :lineage_id AND p.state = 'READY' AND p.partition_start <= :last
+      AND (p.watermark IS NULL OR p.watermark < :last)
+    ORDER BY p.partition_start, p.token
+    """
+)
+LOW_WATERMARK = sa.text(
+    "SELECT min(coalesce(watermark, partition_start - interval '1 microsecond')) FROM cdc_partitions "
+    "WHERE lineage_id = :lineage_id AND state <> 'FINISHED'"
+)
+
+
+class LineageQueries(StoreBase):
+    def ensure_lineage(self, stream: str, namespace: str, *, database: str = "") -> Lineage:
+        """The lineage of `stream` in `namespace`, created if absent."""
+        if not stream or not namespace:
+            raise ValueError("a lineage needs a non-empty stream and namespace")
+
+        def body(conn: Connection) -> Lineage:
+            params = {"stream": stream, "namespace": namespace, "database": database}
+            conn.execute(INSERT_LINEAGE, params)
+            lineage = lineage_from(conn.execute(SELECT_LINEAGE, params).one())
+            if database and lineage.database != database:
+                if lineage.database:
+                    raise StoreError(
+                        f"lineage {lineage.name} belongs to Spanner database {lineage.database!r}, not {database!r}: "
+                        "use another --namespace for another database"
+                    )
+                conn.execute(
+                    sa.text("UPDATE cdc_lineages SET database = :database WHERE id = :id"),
+                    {"database": database, "id": lineage.id},
+                )
+                lineage = Lineage(lineage.id, lineage.stream, lineage.namespace, database, lineage.created_at)
+            return lineage
+
+        return self._db.transaction(body)
+
+    def get_lineage(self, stream: str, namespace: str) -> Lineage:
+        def body(conn: Connection) -> Lineage | list[Lineage]:
+            row = conn.execute(SELECT_LINEAGE, {"stream": stream, "namespace": namespace}).one_or_none()
+            if row is not None:
+                return lineage_from(row)
+            rows = conn.execute(sa.text(f"SELECT {LINEAGE_COLUMNS} FROM cdc_lineages ORDER BY stream, namespace"))
+            return [lineage_from(r) for r in rows]
+
+        found = self._db.transaction(body)
+        if isinstance(found, Lineage):
+            return found
+        known = ", ".join(lineage.name for lineage in found) or "none yet"
+        raise NotFound(
+            f"no lineage for stream {stream!r} in namespace {namespace!r} in the metadata store at {self.url} "
+            f"(known lineages: {known}); the first extract of a stream creates its lineage"
+        )
+
+    def lineage(self, lineage_id: int) -> Lineage:
+        return self._db.transaction(lambda conn: self._lineage_by_id(conn, lineage_id))
+
+    def lineages(self) -> list[Lineage]:
+        def body(conn: Connection) -> list[Lineage]:
+            rows = conn.execute(sa.text(f"SELECT {LINEAGE_COLUMNS} FROM cdc_lineages ORDER BY stream, namespace"))
+            return [lineage_from(r) for r in rows]
+
+        return self._db.transaction(body)
+
+    def bootstrap(self, lineage_id: int, start: datetime, roots: Sequence[ChildPartition]) -> int:
+        """Insert the root partitions (from the NULL-token query) READY at `start`, if absent; count the new ones."""
+        rules.require_utc(start, "start")
+        tokens = sorted({root.token for root in roots})
+
+        def body(conn: Connection) -> int:
+            self._lineage_by_id(conn, lineage_id)
+            rows = conn.execute(INSERT_ROOTS, {"lineage_id": lineage_id, "start": start, "tokens": tokens})
+            return len(rows.all())
+
+        return self._db.transaction(body)
+
+    def partitions(self, lineage_id: int) -> list[PartitionRow]:
+        """Every partition of the lineage with its parents and children, oldest first."""
+
+        def body(conn: Connection) -> list[PartitionRow]:
+            rows = conn.execute(
+                sa.text(PARTITION_SELECT + " WHERE p.lineage_id = :lineage_id ORDER BY p.partition_start, p.token"),
+                {"lineage_id": lineage_id},
+            )
+            return [partition_from(r) for r in rows]
+
+        return self._db.transaction(body)
+
+    def ready_tokens(self, lineage_id: int, window_end: datetime) -> list[PartitionRow]:
+        """READY partitions that still have part of window [., window_end) to read."""
+        rules.require_utc(window_end, "window_end")
+        params = {"lineage_id": lineage_id, "last": rules.inclusive_end(window_end)}
+        return self._db.transaction(lambda conn: [partition_from(r) for r in conn.execute(READY_TOKENS, params)])
+
+    def low_watermark(self, lineage_id: int) -> datetime | None:
+        """The lowest watermark over unfinished partitions (just before its start for one never read)."""
+        return self._db.transaction(
+            lambda conn: utc(conn.execute(LOW_WATERMARK, {"lineage_id": lineage_id}).scalar_one())
+        )
+
+    def graph(self, lineage_id: int) -> LineageGraph:
+        """Nodes, parent -> child edges, low watermark and windows of a lineage, read in one snapshot."""
+
+        def body(conn: Connection) -> LineageGraph:
+            conn.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"))
+            lineage = self._lineage_by_id(conn, lineage_id)
+            params = {"lineage_id": lineage_id}
+            nodes = [
+                partition_from(r)
+                for r in conn.execute(
+                    sa.text(PARTITION_SELECT + " WHERE p.lineage_id = :lineage_id ORDER BY p.partition_start, p.token"),
+                    params,
+                )
+            ]
+            edges = conn.execute(
+                sa.text(
+                    "SELECT parent_token, child_token FROM cdc_partition_parents WHERE lineage_id = :lineage_id "
+                    "ORDER BY parent_token, child_token"
+                ),
+                params,
+            ).all()
+            low = utc(conn.execute(LOW_WATERMARK, params).scalar_one())
+            windows = conn.execute(
+                sa.text(
+                    f"SELECT {WINDOW_COLUMNS} FROM cdc_windows WHERE lineage_id = :lineage_id "
+                    "ORDER BY window_start, window_end"
+                ),
+                params,
+            )
+            return LineageGraph(
+                lineage=lineage,
+                nodes=tuple(nodes),
+                edges=tuple((e.parent_token, e.child_token) for e in edges),
+                low_watermark=low,
+                windows=tuple(window_from(w) for w in windows),
+            )
+
+        return self._db.transaction(body)

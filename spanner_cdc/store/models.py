@@ -1,0 +1,133 @@
+"""Immutable values the metadata store hands out: lineages, claims, partitions, windows, manifest files."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from spanner_cdc.errors import StoreError
+from spanner_cdc.store import rules
+
+
+class LeaseLost(StoreError):
+    """A worker's claim on a token is no longer its own (lease expired and reclaimed, or finished)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """The partition lineage of one stream in one namespace (`live`, or one per backfill run)."""
+
+    id: int
+    stream: str
+    namespace: str
+    database: str
+    created_at: datetime
+
+    @property
+    def name(self) -> str:
+        return f"{self.stream}/{self.namespace}"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A token leased to one worker for one attempt; `attempt` makes every later write a compare-and-set."""
+
+    lineage_id: int
+    token: str
+    partition_start: datetime
+    watermark: datetime | None
+    owner: str
+    attempt: int
+    lease_expires_at: datetime
+
+    @property
+    def read_from(self) -> datetime:
+        return rules.read_from(self.watermark, self.partition_start)
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestFile:
+    """One published file: its deterministic path and the (token, commit timestamp range) it holds."""
+
+    path: str
+    token: str
+    range_start: datetime
+    range_end: datetime
+    window_start: datetime | None
+    window_end: datetime | None
+    rows: int
+    bytes: int
+    table_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    lineage_id: int
+    token: str
+    start: datetime
+    end: datetime | None
+    state: rules.State
+    watermark: datetime | None
+    created_at: datetime
+    ready_at: datetime | None
+    scheduled_at: datetime | None
+    running_at: datetime | None
+    finished_at: datetime | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    attempts: int
+    last_error: str | None
+    parents: tuple[str, ...] = ()
+    children: tuple[str, ...] = ()
+
+    @property
+    def read_from(self) -> datetime:
+        return rules.read_from(self.watermark, self.start)
+
+    @property
+    def effective_watermark(self) -> datetime:
+        return rules.effective_watermark(self.watermark, self.start)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStatus:
+    """Whether window [start, end) is complete, and which tokens hold it up, grouped by state."""
+
+    lineage_id: int
+    start: datetime
+    end: datetime
+    complete: bool
+    partitions: int
+    pending: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    closed: bool = False
+
+    @property
+    def pending_count(self) -> int:
+        return sum(len(tokens) for tokens in self.pending.values())
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRow:
+    lineage_id: int
+    start: datetime
+    end: datetime
+    state: str  # OPEN or COMPLETE
+    records: int | None
+    files: int | None
+    transaction_check: Mapping[str, Any] | None
+    marker_path: str | None
+    opened_at: datetime
+    closed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class LineageGraph:
+    """Nodes and parent -> child edges of a lineage, for display; edges may name parents not yet known."""
+
+    lineage: Lineage
+    nodes: tuple[PartitionRow, ...]
+    edges: tuple[tuple[str, str], ...]
+    low_watermark: datetime | None
+    windows: tuple[WindowRow, ...] = ()
