@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spanner_cdc import embedded_pg
+from spanner_cdc.airflow_support import SPANNER_POOL
 from spanner_cdc.errors import SpannerCdcError
 from spanner_cdc.settings import Settings
 
 log = logging.getLogger(__name__)
 
 AIRFLOW_DATABASE = "airflow"
-SPANNER_POOL = "spanner_cdc_spanner_queries"
 SQL_CONN_VAR = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
 MIGRATED_STAMP = ".spanner_cdc_migrated"
 

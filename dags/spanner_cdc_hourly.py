@@ -1,0 +1,115 @@
+"""One extract DAG per configured stream, `spanner_cdc_hourly__<name>`: plan -> waves of mapped extracts -> close."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, TaskGroup, TriggerRule, get_current_context, task
+
+from spanner_cdc.airflow_support import SPANNER_POOL
+from spanner_cdc.settings import load_settings
+from spanner_cdc.streams import StreamConfig, load_streams
+
+# Airflow maps tasks once per run, so children made ready by a wave's splits and merges are read by
+# the next of a fixed number of waves; whatever is still pending after the last one is continued by
+# the next run (the close task says so and the window stays open).
+WAVES = 3
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": "spanner-cdc",
+    "retries": 4,
+    "retry_delay": dt.timedelta(seconds=30),
+    "retry_exponential_backoff": 2.0,
+    "max_retry_delay": dt.timedelta(minutes=15),
+}
+DOC = """
+Extracts the change stream **{change_stream}** for each data interval `[start, end)` into the lake
+(`{output_root}/{change_stream}/live/`), keeping lineage and checkpoints in the metadata store.
+
+`plan` bootstraps the lineage and lists the ready partition tokens; each `wave_k.extract` reads one
+token (or a batch of them) over the window; `wave_k.next_wave` picks up children of splits and merges;
+`close` checks completeness and the transaction counts, writes the window marker and emits the
+`{asset}` asset event. Configuration: the `[streams.{name}]` table of `$SPANNER_CDC_CONFIG`.
+"""
+
+
+def landed_asset(config: StreamConfig) -> Asset:
+    return Asset(
+        name=f"spanner_cdc_landed__{config.name}",
+        uri=f"spanner-cdc://{config.change_stream}/live",
+        group="spanner-cdc",
+        extra={"stream": config.change_stream, "namespace": "live"},
+    )
+
+
+def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
+    name = config.name
+    asset = landed_asset(config)
+    with DAG(
+        dag_id=config.dag_id,
+        schedule=CronDataIntervalTimetable(config.schedule, timezone="UTC"),
+        start_date=config.start_date,
+        catchup=config.catchup,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        tags=["spanner-cdc", name],
+        doc_md=DOC.format(
+            name=name, change_stream=config.change_stream, output_root=output_root, asset=asset.name
+        ),
+    ) as dag:
+
+        @task(task_id="plan")
+        def plan(data_interval_start: Any = None, data_interval_end: Any = None) -> list:
+            from spanner_cdc.airflow_support import hourly
+
+            return hourly.plan(name, data_interval_start, data_interval_end)
+
+        @task(task_id="next_wave", trigger_rule=TriggerRule.NONE_FAILED)
+        def next_wave(data_interval_start: Any = None, data_interval_end: Any = None) -> list:
+            from spanner_cdc.airflow_support import hourly
+
+            return hourly.next_wave(name, data_interval_start, data_interval_end)
+
+        @task(
+            task_id="extract",
+            pool=SPANNER_POOL,
+            max_active_tis_per_dagrun=concurrency,
+            map_index_template="{{ token_label }}",
+        )
+        def extract(batch: list, data_interval_start: Any = None, data_interval_end: Any = None) -> dict:
+            from spanner_cdc.airflow_support import hourly, waves
+
+            context = get_current_context()
+            context["token_label"] = waves.batch_label(batch)  # type: ignore[typeddict-unknown-key]
+            owner = hourly.owner_of(context["ti"])
+            return hourly.extract(name, data_interval_start, data_interval_end, batch, owner=owner)
+
+        @task(task_id="close", trigger_rule=TriggerRule.NONE_FAILED, outlets=[asset])
+        def close(data_interval_start: Any = None, data_interval_end: Any = None, outlet_events: Any = None) -> dict:
+            from spanner_cdc.airflow_support import hourly
+
+            summary = hourly.close(name, data_interval_start, data_interval_end)
+            outlet_events[asset].extra = hourly.asset_extra(summary)
+            return summary
+
+        previous = None
+        for wave in range(1, WAVES + 1):
+            with TaskGroup(group_id=f"wave_{wave}"):
+                ready = plan() if wave == 1 else next_wave()
+                if previous is not None:
+                    previous >> ready
+                previous = extract.expand(batch=ready)
+        previous >> close()
+    return dag
+
+
+def _build_all() -> dict[str, DAG]:
+    base = load_settings({})
+    dags = {}
+    for config in load_streams(base).values():
+        resolved = config.settings(base)
+        dags[config.dag_id] = build(config, resolved.concurrency, str(resolved.output_root))
+    return dags
+
+
+globals().update(_build_all())
