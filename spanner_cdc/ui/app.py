@@ -1,0 +1,200 @@
+"""The UI's FastAPI app: HTML pages, JSON endpoints and Prometheus metrics, every route behind `authorize`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field, is_dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+
+from spanner_cdc.errors import NotFound, SpannerCdcError, StoreError
+from spanner_cdc.ui import links, metrics, pages
+from spanner_cdc.ui.health import lag_seconds, parent_map, splits_and_merges, stuck
+from spanner_cdc.ui.secrets import Redactor
+from spanner_cdc.ui.view import StoreLike, StreamView, load_lineages, load_stream
+
+log = logging.getLogger(__name__)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def stream_json(view: StreamView, now: datetime) -> dict[str, Any]:
+    """The document behind a stream page: lineage, partitions with lag, windows, graph edges, stuck list."""
+    splits, merges = splits_and_merges(view)
+    parents = parent_map(view)
+    partitions = []
+    for p in sorted(view.partitions, key=lambda p: p.token):
+        item = _jsonable(p)
+        item["parents"] = list(parents[p.token])
+        item["lag_seconds"] = lag_seconds(p, view)
+        item["split"], item["merge"] = p.token in splits, p.token in merges
+        partitions.append(item)
+    windows = []
+    for w in view.windows:
+        item = _jsonable(w)
+        item["duration_seconds"] = w.duration_seconds
+        windows.append(item)
+    return {
+        "lineage": _jsonable(view.lineage),
+        "low_watermark": _jsonable(view.low_watermark),
+        "partitions": partitions,
+        "edges": [{"parent": parent, "child": child} for child, ps in sorted(parents.items()) for parent in ps],
+        "windows": windows,
+        "stuck": _jsonable(stuck(view, now)),
+        "generated_at": now.isoformat(),
+    }
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    """Where the UI reads from, resolved when first needed: the raw URL is kept only to redact it."""
+
+    url: str | None
+    open: Callable[[], StoreLike]
+    stream_names: Mapping[str, str] = field(default_factory=dict)
+
+
+class _StoreHolder:
+    """Opens the store on first use (the plugin is imported by every Airflow process) and closes it at shutdown."""
+
+    def __init__(self, connect: Callable[[], StoreTarget], redactor: Redactor) -> None:
+        self._connect = connect
+        self._redactor = redactor
+        self._store: StoreLike | None = None
+        self.stream_names: Mapping[str, str] = {}
+        self._lock = threading.Lock()
+
+    def get(self) -> StoreLike:
+        with self._lock:
+            if self._store is None:
+                target = self._connect()
+                self._redactor.add(target.url)
+                self.stream_names = target.stream_names
+                self._store = target.open()
+            return self._store
+
+    def close(self) -> None:
+        with self._lock:
+            closer = getattr(self._store, "close", None)
+            if callable(closer):
+                closer()
+            self._store = None
+
+
+def _wants_html(request: Request) -> bool:
+    path = request.url.path.removeprefix(request.scope.get("root_path", ""))
+    return not (path.startswith("/api/") or path == "/metrics")
+
+
+def create_app(
+    *,
+    authorize: Callable[..., Any],
+    connect: Callable[[], StoreTarget],
+    login_url: Callable[[str], str] | None = None,
+    clock: Callable[[], datetime] = _utcnow,
+) -> FastAPI:
+    """Build the app; `authorize` is a FastAPI dependency that raises 401/403 and guards every route.
+
+    `connect` resolves the store on first use; its `stream_names` map a configured stream name (the
+    suffix of its hourly DAG id) to the change stream its lineage is keyed by.
+    """
+    redactor = Redactor()
+    holder = _StoreHolder(connect, redactor)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        holder.close()
+
+    app = FastAPI(
+        title="spanner-cdc monitoring",
+        dependencies=[Depends(authorize)],
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+
+    def base(request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code in (401, 403) and _wants_html(request):
+            link = None
+            if login_url is not None and exc.status_code == 401:
+                link = (login_url(str(request.url.path)), "Log in to Airflow")
+            title = "Log in required" if exc.status_code == 401 else "Not allowed"
+            html = pages.render_message(title, str(exc.detail), link)
+            return HTMLResponse(html, status_code=exc.status_code, headers=exc.headers)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(SpannerCdcError)
+    async def project_error(request: Request, exc: SpannerCdcError) -> Response:
+        status = 404 if isinstance(exc, NotFound) else 503 if isinstance(exc, StoreError) else 500
+        message = redactor.redact(str(exc))
+        log.warning("ui: %s %s: %s", request.method, request.url.path, message)
+        if _wants_html(request):
+            back = (base(request) + "/", "all lineages")
+            return HTMLResponse(pages.render_message(type(exc).__name__, message, back), status_code=status)
+        return JSONResponse({"error": type(exc).__name__, "detail": message}, status_code=status)
+
+    @app.get("/", response_class=HTMLResponse)
+    def index(request: Request) -> str:
+        return pages.render_index(base(request), load_lineages(holder.get()), redactor.label)
+
+    @app.get("/streams/{stream}", response_class=HTMLResponse)
+    def stream_page(request: Request, stream: str, namespace: str = "live") -> str:
+        store = holder.get()
+        view = load_stream(store, stream, namespace)
+        now = clock()
+        namespaces = [ln.namespace for ln in load_lineages(store) if ln.stream == stream]
+        return pages.render_stream(base(request), view, stuck(view, now), namespaces, redactor.label, now)
+
+    @app.get("/dags/{dag_id}")
+    def dag_link(request: Request, dag_id: str, run_id: str | None = None) -> Response:
+        target = links.lineage_for_dag(dag_id, run_id, load_lineages(holder.get()), holder.stream_names)
+        if target is None:
+            message = f"{dag_id} is not a spanner-cdc DAG, or its lineage does not exist yet."
+            return HTMLResponse(pages.render_message("No lineage", message, (base(request) + "/", "all lineages")))
+        return RedirectResponse(pages.stream_href(base(request), *target), status_code=307)
+
+    @app.get("/dags/{dag_id}/runs/{run_id}")
+    def dag_run_link(request: Request, dag_id: str, run_id: str) -> Response:
+        return dag_link(request, dag_id, run_id)
+
+    @app.get("/api/lineages")
+    def api_lineages() -> list[dict[str, Any]]:
+        return [_jsonable(ln) for ln in load_lineages(holder.get())]
+
+    @app.get("/api/streams/{stream}")
+    def api_stream(stream: str, namespace: str = "live") -> dict[str, Any]:
+        return stream_json(load_stream(holder.get(), stream, namespace), clock())
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics_text() -> Response:
+        store = holder.get()
+        views = [load_stream(store, ln.stream, ln.namespace) for ln in load_lineages(store)]
+        return PlainTextResponse(metrics.render_metrics(views, clock()), media_type=metrics.CONTENT_TYPE)
+
+    return app

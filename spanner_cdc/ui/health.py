@@ -1,0 +1,78 @@
+"""Health rules of a lineage: each partition's lag behind the newest window, and which partitions look stuck."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from spanner_cdc.ui.view import ONE_MICROSECOND, STATES, PartitionView, StreamView
+
+LEASED_STATES = ("SCHEDULED", "RUNNING")
+
+
+@dataclass(frozen=True)
+class StuckPartition:
+    token: str
+    state: str
+    reason: str
+
+
+def lag_seconds(partition: PartitionView, view: StreamView) -> float | None:
+    """How far the partition's watermark is behind the newest window's inclusive end (None: nothing to measure)."""
+    newest = view.newest_window
+    if newest is None or partition.state == "FINISHED":
+        return None
+    target = newest.end - ONE_MICROSECOND
+    landed = partition.watermark or partition.start
+    if landed is None:
+        return None
+    return max((target - landed).total_seconds(), 0.0)
+
+
+def stuck(view: StreamView, now: datetime) -> list[StuckPartition]:
+    """Leases that expired, partitions behind the start of the newest window, and partitions whose last try failed."""
+    newest = view.newest_window
+    found: list[StuckPartition] = []
+    for p in sorted(view.partitions, key=lambda p: p.token):
+        if p.state == "FINISHED":
+            continue
+        if p.state in LEASED_STATES and p.lease_expires_at is not None and p.lease_expires_at < now:
+            owner = p.lease_owner or "unknown worker"
+            found.append(StuckPartition(p.token, p.state, f"lease of {owner} expired at {p.lease_expires_at:%Y-%m-%d %H:%M:%S}"))
+        # Alive partitions of a lineage should have landed everything before the newest window opened.
+        landed = p.watermark or p.start
+        if newest is not None and p.state != "CREATED" and landed is not None and landed < newest.start - ONE_MICROSECOND:
+            behind = (newest.start - ONE_MICROSECOND - landed).total_seconds()
+            found.append(StuckPartition(p.token, p.state, f"not advancing: {behind:.0f} s behind the newest window's start"))
+        if p.last_error:
+            found.append(StuckPartition(p.token, p.state, f"failing: attempt {p.attempts}: {p.last_error}"))
+    return found
+
+
+def state_counts(view: StreamView) -> dict[str, int]:
+    counts = Counter(p.state for p in view.partitions)
+    return {state: counts.get(state, 0) for state in (*STATES, *sorted(set(counts) - set(STATES)))}
+
+
+def parent_map(view: StreamView) -> dict[str, tuple[str, ...]]:
+    """Parents of every known token, from the edges and both sides of each row; unknown tokens are left out."""
+    known = {p.token for p in view.partitions}
+    parents: dict[str, set[str]] = {p.token: {x for x in p.parents if x in known} for p in view.partitions}
+    for p in view.partitions:
+        for child in p.children:
+            if child in known:
+                parents[child].add(p.token)
+    for parent, child in view.edges:
+        if parent in known and child in known:
+            parents[child].add(parent)
+    return {token: tuple(sorted(ps)) for token, ps in parents.items()}
+
+
+def splits_and_merges(view: StreamView) -> tuple[set[str], set[str]]:
+    """Tokens that split (two or more children) and tokens born of a merge (two or more parents)."""
+    parents = parent_map(view)
+    children: Counter[str] = Counter(parent for ps in parents.values() for parent in ps)
+    splits = {token for token, n in children.items() if n >= 2}
+    merges = {token for token, ps in parents.items() if len(ps) >= 2}
+    return splits, merges

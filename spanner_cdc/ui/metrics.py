@@ -1,0 +1,71 @@
+"""Prometheus text exposition (format 0.0.4) of every lineage: records landed, partitions by state, lag, windows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from spanner_cdc.ui.health import state_counts, stuck
+from spanner_cdc.ui.view import StreamView
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# name -> (type, help); the order here is the order of the exposition.
+FAMILIES: dict[str, tuple[str, str]] = {
+    "spanner_cdc_records_landed_total": ("counter", "Rows landed in the lake, summed over the lineage's windows."),
+    "spanner_cdc_files_landed_total": ("counter", "Parquet files published, summed over the lineage's windows."),
+    "spanner_cdc_partitions": ("gauge", "Partitions of the lineage by state."),
+    "spanner_cdc_stuck_partitions": ("gauge", "Partitions with an expired lease, behind the newest window, or failing."),
+    "spanner_cdc_low_watermark_timestamp_seconds": ("gauge", "Low watermark of the lineage as a Unix time."),
+    "spanner_cdc_low_watermark_lag_seconds": ("gauge", "Seconds between now and the lineage's low watermark."),
+    "spanner_cdc_windows": ("gauge", "Windows of the lineage by completeness (complete=true|false)."),
+    "spanner_cdc_last_complete_window_end_timestamp_seconds": ("gauge", "End of the newest complete window."),
+    "spanner_cdc_window_duration_seconds": (
+        "gauge",
+        "Wall-clock seconds from opening to completing the newest complete window.",
+    ),
+}
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def render_metrics(views: Iterable[StreamView], now: datetime) -> str:
+    """One sample per family and lineage (labels stream and namespace); families without samples are omitted."""
+    samples: dict[str, list[str]] = {name: [] for name in FAMILIES}
+
+    def add(name: str, value: float, **labels: str) -> None:
+        samples[name].append(f"{name}{_labels(**labels)} {_number(value)}")
+
+    for view in views:
+        ids = {"stream": view.lineage.stream, "namespace": view.lineage.namespace}
+        add("spanner_cdc_records_landed_total", sum(w.records or 0 for w in view.windows), **ids)
+        add("spanner_cdc_files_landed_total", sum(w.files or 0 for w in view.windows), **ids)
+        for state, count in state_counts(view).items():
+            add("spanner_cdc_partitions", count, **ids, state=state)
+        add("spanner_cdc_stuck_partitions", len({s.token for s in stuck(view, now)}), **ids)
+        if view.low_watermark is not None:
+            add("spanner_cdc_low_watermark_timestamp_seconds", view.low_watermark.timestamp(), **ids)
+            add("spanner_cdc_low_watermark_lag_seconds", max((now - view.low_watermark).total_seconds(), 0.0), **ids)
+        complete = [w for w in view.windows if w.complete]
+        add("spanner_cdc_windows", len(complete), **ids, complete="true")
+        add("spanner_cdc_windows", len(view.windows) - len(complete), **ids, complete="false")
+        if complete:
+            last = max(complete, key=lambda w: w.end)
+            add("spanner_cdc_last_complete_window_end_timestamp_seconds", last.end.timestamp(), **ids)
+            if last.duration_seconds is not None:
+                add("spanner_cdc_window_duration_seconds", last.duration_seconds, **ids)
+    lines: list[str] = []
+    for name, (kind, help_text) in FAMILIES.items():
+        if samples[name]:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,157 @@
+"""Plain view rows the UI renders, and the one adapter that reads them from the metadata store."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+STATES = ("CREATED", "READY", "SCHEDULED", "RUNNING", "FINISHED")
+ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class LineageView:
+    id: Any
+    stream: str
+    namespace: str
+    database: str | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    token: str
+    state: str
+    start: datetime | None = None
+    end: datetime | None = None
+    watermark: datetime | None = None
+    parents: tuple[str, ...] = ()
+    children: tuple[str, ...] = ()
+    attempts: int = 0
+    last_error: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    state_times: Mapping[str, datetime | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WindowView:
+    start: datetime
+    end: datetime
+    state: str
+    records: int | None = None
+    files: int | None = None
+    transaction_check: Mapping[str, Any] | None = None
+    opened_at: datetime | None = None
+    completed_at: datetime | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "COMPLETE"
+
+    @property
+    def check_passed(self) -> bool | None:
+        """The transaction check's verdict (its `ok`, `passed` or `status` entry), None when there is none."""
+        check = self.transaction_check or {}
+        for key in ("ok", "passed"):
+            if isinstance(check.get(key), bool):
+                return bool(check[key])
+        status = check.get("status")
+        if isinstance(status, str):
+            return status.lower() in ("ok", "passed", "pass")
+        return None
+
+    @property
+    def check_text(self) -> str:
+        if not self.transaction_check:
+            return "—"
+        return ", ".join(f"{k}={v}" for k, v in sorted(self.transaction_check.items()))
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """Wall-clock time from opening the window to marking it complete."""
+        if self.opened_at is None or self.completed_at is None:
+            return None
+        return (self.completed_at - self.opened_at).total_seconds()
+
+
+@dataclass(frozen=True)
+class StreamView:
+    """Everything one page shows about one lineage (a stream in one namespace), read in one snapshot."""
+
+    lineage: LineageView
+    partitions: tuple[PartitionView, ...]
+    windows: tuple[WindowView, ...]
+    low_watermark: datetime | None
+    edges: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def newest_window(self) -> WindowView | None:
+        return max(self.windows, key=lambda w: w.end) if self.windows else None
+
+
+class StoreLike(Protocol):
+    """The part of the metadata store (spanner_cdc.store.MetadataStore) the UI reads."""
+
+    def lineages(self) -> list[Any]: ...
+
+    def get_lineage(self, stream: str, namespace: str) -> Any: ...
+
+    def graph(self, lineage_id: int) -> Any: ...
+
+
+def lineage_view(row: Any) -> LineageView:
+    """From spanner_cdc.store.Lineage."""
+    return LineageView(id=row.id, stream=row.stream, namespace=row.namespace, database=row.database or None,
+                       created_at=row.created_at)
+
+
+def partition_view(row: Any) -> PartitionView:
+    """From spanner_cdc.store.PartitionRow."""
+    return PartitionView(
+        token=row.token,
+        state=str(row.state),
+        start=row.start,
+        end=row.end,
+        watermark=row.watermark,
+        parents=tuple(row.parents),
+        children=tuple(row.children),
+        attempts=int(row.attempts),
+        last_error=row.last_error,
+        lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at,
+        state_times={state: getattr(row, f"{state.lower()}_at") for state in STATES},
+    )
+
+
+def window_view(row: Any) -> WindowView:
+    """From spanner_cdc.store.WindowRow."""
+    return WindowView(
+        start=row.start,
+        end=row.end,
+        state=str(row.state),
+        records=row.records,
+        files=row.files,
+        transaction_check=row.transaction_check,
+        opened_at=row.opened_at,
+        completed_at=row.closed_at,
+    )
+
+
+def load_stream(store: StoreLike, stream: str, namespace: str) -> StreamView:
+    """Read one lineage from the store (the store raises NotFound, naming the known lineages, when it is absent)."""
+    lineage = store.get_lineage(stream, namespace)
+    graph = store.graph(lineage.id)
+    return StreamView(
+        lineage=lineage_view(graph.lineage),
+        partitions=tuple(partition_view(p) for p in graph.nodes),
+        windows=tuple(sorted((window_view(w) for w in graph.windows), key=lambda w: w.start)),
+        low_watermark=graph.low_watermark,
+        edges=tuple(graph.edges),
+    )
+
+
+def load_lineages(store: StoreLike) -> list[LineageView]:
+    return sorted((lineage_view(row) for row in store.lineages()), key=lambda ln: (ln.stream, ln.namespace))

@@ -1,0 +1,133 @@
+"""The UI app over HTTP (in-process): every route guarded, pages and JSON built from the store, errors redacted."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+
+import pytest
+from fastapi import Header, HTTPException
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+
+from spanner_cdc.errors import StoreUnreachable
+from spanner_cdc.ui.app import StoreTarget, create_app
+from tests.unit.ui.sample import NOW, FakeStore
+
+URL = "postgresql+psycopg2://cdc:Pa55word@db.internal:5432/meta"
+AUTH = {"X-Test-User": "alice"}
+
+
+def authorize(x_test_user: str | None = Header(default=None)) -> None:
+    """Stands in for Airflow's JWT check: no header is 401, user `mallory` is 403."""
+    if x_test_user is None:
+        raise HTTPException(status_code=401, detail="Not authenticated")
+    if x_test_user == "mallory":
+        raise HTTPException(status_code=403, detail="Forbidden")
+
+
+def make_client(store: FakeStore) -> TestClient:
+    app = create_app(
+        authorize=authorize,
+        connect=lambda: StoreTarget(url=URL, open=lambda: store, stream_names={"shop": "orders"}),
+        login_url=lambda path: f"/auth/login?next={path}",
+        clock=lambda: NOW,
+    )
+    return TestClient(app)
+
+
+@pytest.fixture
+def store() -> FakeStore:
+    return FakeStore()
+
+
+@pytest.fixture
+def client(store: FakeStore) -> Iterator[TestClient]:
+    with make_client(store) as client:
+        yield client
+
+
+def _paths(client: TestClient) -> list[str]:
+    paths = [r.path.replace("{stream}", "orders").replace("{dag_id}", "d").replace("{run_id}", "r")
+             for r in client.app.routes if isinstance(r, APIRoute)]  # type: ignore[attr-defined]
+    assert len(paths) >= 7
+    return paths
+
+
+def test_every_route_refuses_an_anonymous_request(client: TestClient) -> None:
+    for path in _paths(client):
+        response = client.get(path, follow_redirects=False)
+        assert response.status_code == 401, path
+        assert "FINISHED" not in response.text and "data-token" not in response.text
+    # No unguarded schema or docs routes either.
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert client.get(path).status_code in (401, 404)
+
+
+def test_every_route_refuses_a_user_without_permission(client: TestClient) -> None:
+    for path in _paths(client):
+        assert client.get(path, headers={"X-Test-User": "mallory"}, follow_redirects=False).status_code == 403
+
+
+def test_an_anonymous_browser_gets_a_login_link(client: TestClient) -> None:
+    response = client.get("/streams/orders")
+    assert response.status_code == 401
+    assert 'href="/auth/login?next=/streams/orders"' in response.text
+
+
+def test_stream_page_shows_graph_windows_and_no_credentials(client: TestClient) -> None:
+    response = client.get("/streams/orders", headers=AUTH)
+    assert response.status_code == 200
+    html = response.text
+    svg = html[html.index("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"lineage\""):]
+    svg = svg[: svg.index("</svg>") + 6]
+    tokens = {g.get("data-token") for g in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}g")} - {None}
+    assert tokens == {"A", "B", "C", "D"}
+    assert html.count('data-complete="true"') == 2 and html.count('data-complete="false"') == 1
+    assert "Nothing stuck." in html
+    assert "cdc:***@db.internal" in html and "Pa55word" not in html
+
+
+def test_json_document_carries_lag_edges_and_windows(client: TestClient) -> None:
+    doc = client.get("/api/streams/orders", headers=AUTH).json()
+    assert doc["lineage"]["stream"] == "orders"
+    assert {(e["parent"], e["child"]) for e in doc["edges"]} == {("A", "B"), ("A", "C"), ("B", "D"), ("C", "D")}
+    by_token = {p["token"]: p for p in doc["partitions"]}
+    assert by_token["D"]["merge"] and by_token["A"]["split"] and by_token["D"]["lag_seconds"] == 3600.0
+    assert [w["state"] for w in doc["windows"]] == ["COMPLETE", "COMPLETE", "OPEN"]
+    assert doc["stuck"] == []
+    assert client.get("/api/lineages", headers=AUTH).json()[0]["namespace"] == "live"
+
+
+def test_missing_lineage_is_a_404_in_both_forms(client: TestClient) -> None:
+    assert client.get("/api/streams/nope", headers=AUTH).status_code == 404
+    page = client.get("/streams/orders?namespace=other", headers=AUTH)
+    assert page.status_code == 404 and "namespace &#x27;other&#x27;" in page.text
+
+
+def test_store_errors_never_show_the_password(store: FakeStore) -> None:
+    store.error = StoreUnreachable(f"cannot reach {URL}: connection refused")
+    with make_client(store) as client:
+        for path in ("/", "/api/lineages", "/metrics"):
+            response = client.get(path, headers=AUTH)
+            assert response.status_code == 503
+            assert "Pa55word" not in response.text and "connection refused" in response.text
+
+
+def test_metrics_are_served_as_prometheus_text(client: TestClient) -> None:
+    response = client.get("/metrics", headers=AUTH)
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert 'spanner_cdc_partitions{stream="orders",namespace="live",state="FINISHED"} 3' in response.text
+
+
+def test_dag_links_redirect_to_the_lineage(client: TestClient) -> None:
+    response = client.get("/dags/spanner_cdc_hourly__shop", headers=AUTH, follow_redirects=False)
+    assert response.status_code == 307 and response.headers["location"] == "/streams/orders?namespace=live"
+    other = client.get("/dags/some_other_dag/runs/r1", headers=AUTH)
+    assert other.status_code == 200 and "not a spanner-cdc DAG" in other.text
+
+
+def test_store_is_closed_when_the_app_stops(store: FakeStore) -> None:
+    with make_client(store) as client:
+        client.get("/", headers=AUTH)
+    assert store.closed
