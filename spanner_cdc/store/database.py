@@ -42,7 +42,7 @@ def _reason(exc: BaseException) -> str:
     text = str(orig).strip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     first = lines[0] if lines else type(orig).__name__
-    first = re.sub(r"^connection to server at .*? failed:\s*", "", first)
+    first = re.sub(r"^(connection failed:\s*)?(connection to server at .*? failed:\s*)?", "", first)
     first = re.sub(r"^(FATAL|ERROR):\s*", "", first)
     return first[:300]
 

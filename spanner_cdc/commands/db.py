@@ -1,0 +1,73 @@
+"""`spanner-cdc db upgrade|status`: create or migrate the metadata store schema, and show its version."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spanner_cdc.store import MetadataStore
+
+ORDER = 30
+METADATA_URL_HELP = "Postgres URL of the metadata store (default: SPANNER_CDC_METADATA_URL, else the embedded Postgres)"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("db", help="create / migrate the metadata store schema", description=__doc__)
+    actions = parser.add_subparsers(dest="db_action", metavar="ACTION", required=True)
+    upgrade = actions.add_parser(
+        "upgrade", help="apply pending schema migrations", description="Create or migrate the metadata store schema."
+    )
+    upgrade.add_argument("--metadata-url", help=METADATA_URL_HELP)
+    upgrade.set_defaults(func=run_upgrade)
+    status = actions.add_parser(
+        "status",
+        help="show the schema version and lineages",
+        description="Show the metadata store's schema version and lineages; exits 1 when an upgrade is needed.",
+    )
+    status.add_argument("--metadata-url", help=METADATA_URL_HELP)
+    status.set_defaults(func=run_status)
+
+
+def _connect(args: argparse.Namespace) -> MetadataStore:
+    from spanner_cdc.embedded_pg import metadata_url
+    from spanner_cdc.settings import load_settings
+    from spanner_cdc.store import MetadataStore
+
+    settings = load_settings(vars(args))
+    return MetadataStore.connect(metadata_url(settings.home, settings.metadata_url))
+
+
+def run_upgrade(args: argparse.Namespace) -> int:
+    from spanner_cdc.store.migrations import SCHEMA_VERSION
+
+    with _connect(args) as store:
+        applied = store.upgrade()
+        if applied:
+            print(f"metadata store at {store.url}: applied {', '.join(applied)}; schema version {SCHEMA_VERSION}")
+        else:
+            print(f"metadata store at {store.url}: schema version {SCHEMA_VERSION} is up to date")
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from spanner_cdc.store.migrations import SCHEMA_VERSION, discover
+
+    with _connect(args) as store:
+        version = store.schema_version()
+        print(f"metadata store: {store.url}")
+        print(f"schema version: {version} (this code needs {SCHEMA_VERSION})")
+        for number, name, applied_at in store.applied_migrations():
+            print(f"  applied {number:04d} {name} at {applied_at}")
+        pending = [m.name for m in discover() if m.version > version]
+        if pending:
+            print(f"pending migrations: {', '.join(pending)}: run `spanner-cdc db upgrade`")
+            return 1
+        if version > SCHEMA_VERSION:
+            print("the store is newer than this code: upgrade spanner-cdc")
+            return 1
+        lineages = store.lineages()
+        print(f"lineages: {len(lineages)}")
+        for lineage in lineages:
+            print(f"  {lineage.name} (id {lineage.id}, database {lineage.database or '-'})")
+    return 0
