@@ -1,0 +1,138 @@
+"""DAG integrity: every DAG file parses without errors, cheaply, and wires what the design promises."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.integration.dags.airflow_subprocess import DAGS, REPO, airflow_env, run_json
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = REPO / "config" / "streams.example.toml"
+
+# Parsing a DAG file may load Airflow itself (which already brings SQLAlchemy) and the light config
+# modules of the package; it must not load the extract machinery or any client library.
+HEAVY_PREFIXES = (
+    "pyspark", "sqlalchemy", "google.cloud", "google.api_core", "grpc", "pandas", "pyarrow", "psycopg2",
+    "spanner_cdc.pipeline", "spanner_cdc.store", "spanner_cdc.spanner_client", "spanner_cdc.spark",
+    "spanner_cdc.lake", "spanner_cdc.reader", "spanner_cdc.local_spanner",
+)
+ALLOWED_PACKAGE_MODULES = {
+    "spanner_cdc", "spanner_cdc.errors", "spanner_cdc.settings", "spanner_cdc.streams", "spanner_cdc.airflow_support",
+}
+
+DAGBAG = """
+import json
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag({dags!r})
+out = {{"errors": {{k: str(v) for k, v in bag.import_errors.items()}}, "dags": {{}}}}
+for dag_id, dag in bag.dags.items():
+    out["dags"][dag_id] = {{
+        "max_active_runs": dag.max_active_runs,
+        "catchup": dag.catchup,
+        "timetable": type(dag.timetable).__name__,
+        "params": {{k: v.schema for k, v in dag.params.items()}},
+        "tasks": {{
+            t.task_id: {{
+                "downstream": sorted(t.downstream_task_ids),
+                "pool": t.pool,
+                "retries": t.retries,
+                "backoff": t.retry_exponential_backoff,
+                "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule),
+                "map_index_template": getattr(t, "map_index_template", None),
+                "mapped": any(c.__name__ == "MappedOperator" for c in type(t).__mro__),
+                "outlets": [getattr(o, "name", None) for o in (t.outlets or [])],
+            }}
+            for t in dag.tasks
+        }},
+    }}
+print(json.dumps(out))
+"""
+
+IMPORTS = """
+import importlib.util, json, sys
+import airflow.sdk
+# Baseline: what Airflow itself loads for any DAG file that defines tasks and an asset.
+airflow.sdk.Asset(name="baseline", uri="spanner-cdc://baseline/live")
+before = set(sys.modules)
+spec = importlib.util.spec_from_file_location("dag_under_test", {path!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+@pytest.fixture(scope="module")
+def example_bag(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    env = airflow_env(tmp_path_factory.mktemp("airflow"), {"SPANNER_CDC_CONFIG": str(EXAMPLE)})
+    return run_json(DAGBAG.format(dags=str(DAGS)), env)
+
+
+def test_no_import_errors_and_one_hourly_dag_per_stream(example_bag: dict) -> None:
+    with EXAMPLE.open("rb") as handle:
+        names = sorted(tomllib.load(handle)["streams"])
+    assert example_bag["errors"] == {}
+    expected = {f"spanner_cdc_hourly__{name}" for name in names} | {"spanner_cdc_backfill"}
+    assert set(example_bag["dags"]) == expected
+
+
+def test_hourly_dag_wiring(example_bag: dict) -> None:
+    dag = example_bag["dags"]["spanner_cdc_hourly__orders"]
+    assert dag["max_active_runs"] == 1
+    assert dag["timetable"] == "CronDataIntervalTimetable"  # real [start, end) intervals, not trigger points
+    tasks = dag["tasks"]
+    chain = ["wave_1.plan", "wave_1.extract", "wave_2.next_wave", "wave_2.extract", "wave_3.next_wave",
+             "wave_3.extract", "close"]
+    for upstream, downstream in zip(chain, chain[1:], strict=False):
+        assert tasks[upstream]["downstream"] == [downstream]
+    for wave in (1, 2, 3):
+        extract = tasks[f"wave_{wave}.extract"]
+        assert extract["mapped"]
+        assert extract["pool"] == "spanner_cdc_spanner_queries"
+        assert extract["map_index_template"] == "{{ token_label }}"
+        assert extract["retries"] > 0 and extract["backoff"] > 1
+    # A wave with nothing to read is skipped; the next one and the close must still run.
+    assert tasks["wave_2.next_wave"]["trigger_rule"] == "none_failed"
+    assert tasks["close"]["trigger_rule"] == "none_failed"
+    assert tasks["close"]["outlets"] == ["spanner_cdc_landed__orders"]
+
+
+def test_backfill_form(example_bag: dict) -> None:
+    dag = example_bag["dags"]["spanner_cdc_backfill"]
+    params = dag["params"]
+    assert params["stream"]["enum"] == ["orders", "payments"]
+    assert params["start"]["format"] == params["end"]["format"] == "date-time"
+    assert (params["heartbeat_ms"]["minimum"], params["heartbeat_ms"]["maximum"]) == (1000, 300_000)
+    tasks = dag["tasks"]
+    assert tasks["validate"]["retries"] == 0  # a bad form is refused at once, not retried
+    assert tasks["validate"]["downstream"] == ["extract_windows"]
+    assert tasks["extract_windows"]["pool"] == "spanner_cdc_spanner_queries"
+
+
+@pytest.mark.parametrize("dag_file", sorted(p.name for p in DAGS.glob("*.py")))
+def test_parsing_a_dag_file_imports_nothing_heavy(dag_file: str, tmp_path: Path) -> None:
+    env = airflow_env(tmp_path, {"SPANNER_CDC_CONFIG": str(EXAMPLE)})
+    loaded = run_json(IMPORTS.format(path=str(DAGS / dag_file)), env)
+    heavy = [m for m in loaded if m.startswith(HEAVY_PREFIXES)]
+    assert heavy == []
+    ours = {m for m in loaded if m.split(".")[0] == "spanner_cdc"}
+    assert ours <= ALLOWED_PACKAGE_MODULES
+    assert "spanner_cdc.streams" in ours  # the check sees the file's own imports
+
+
+def test_no_streams_configured_leaves_the_backfill_dag_only(tmp_path: Path) -> None:
+    bag = run_json(DAGBAG.format(dags=str(DAGS)), airflow_env(tmp_path))
+    assert bag["errors"] == {}
+    assert set(bag["dags"]) == {"spanner_cdc_backfill"}
+
+
+def test_a_bad_stream_table_is_an_import_error_naming_the_field(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[streams.orders]\nstart_date = 2024-01-01T00:00:00Z\nheartbeat_ms = 10\n')
+    bag = run_json(DAGBAG.format(dags=str(DAGS)), airflow_env(tmp_path, {"SPANNER_CDC_CONFIG": str(config)}))
+    messages = "\n".join(bag["errors"].values())
+    assert "streams.orders.heartbeat_ms" in messages
+    assert "[1000, 300000]" in messages
