@@ -1,0 +1,304 @@
+"""Instances, databases, schemas and rows of the local server; every commit and DDL change goes through here."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from spanner_cdc.local_spanner import ddl
+from spanner_cdc.local_spanner.clock import ServerClock
+from spanner_cdc.local_spanner.model import QueryError, RowChange, StreamDef, TableInfo
+from spanner_cdc.local_spanner.mutations import MutationSet, Rows
+from spanner_cdc.local_spanner.persistence import Journal
+from spanner_cdc.local_spanner.schema import Effect, Schema
+from spanner_cdc.local_spanner.values import format_timestamp, parse_timestamp
+
+log = logging.getLogger(__name__)
+
+GOOGLE_STANDARD_SQL, POSTGRESQL = 1, 2
+
+
+class Engine(Protocol):
+    """The part of the change stream engine the catalog drives (spanner_cdc.local_spanner.changestream)."""
+
+    def create_stream(self, db: str, stream: StreamDef, tables: Mapping[str, TableInfo]) -> None: ...
+    def alter_stream(self, db: str, stream: StreamDef, tables: Mapping[str, TableInfo]) -> None: ...
+    def drop_stream(self, db: str, name: str) -> None: ...
+    def update_tables(self, db: str, tables: Mapping[str, TableInfo]) -> None: ...
+    def commit(self, db: str, commit_ts: datetime, transaction_id: str, tag: str, changes: Sequence[RowChange]) -> None: ...
+
+
+@dataclass
+class Instance:
+    name: str
+    config: str = ""
+    display_name: str = ""
+    node_count: int = 1
+    processing_units: int = 1000
+    labels: dict[str, str] = field(default_factory=dict)
+    create_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class DdlOperation:
+    name: str
+    database: str
+    statements: tuple[str, ...]
+    commit_timestamps: tuple[datetime, ...]
+
+
+@dataclass
+class Database:
+    name: str
+    dialect: int
+    create_time: datetime
+    schema: Schema
+    data: dict[str, Rows] = field(default_factory=dict)
+    operations: list[DdlOperation] = field(default_factory=list)
+
+    @property
+    def postgres(self) -> bool:
+        return self.dialect == POSTGRESQL
+
+    @property
+    def instance(self) -> str:
+        return self.name.split("/databases/")[0]
+
+
+class Catalog:
+    """All server state; one lock orders commits and DDL, so commit timestamp order is log order."""
+
+    def __init__(self, journal: Journal | None = None) -> None:
+        self.journal = journal
+        self.lock = threading.RLock()
+        self.instances: dict[str, Instance] = {}
+        self.databases: dict[str, Database] = {}
+        self.clock: ServerClock | None = None
+        self.engine: Engine | None = None
+        self.last_timestamp: datetime | None = None  # newest commit / DDL timestamp in the journal
+
+    # -- start-up -------------------------------------------------------------------------------
+
+    def replay(self) -> int:
+        """Rebuild the state from the journal (no engine calls: the engine restores its own log)."""
+        count = 0
+        for entry in self.journal.entries() if self.journal else ():
+            self._apply_entry(entry)
+            count += 1
+        return count
+
+    def attach(self, clock: ServerClock, engine: Engine) -> None:
+        self.clock = clock
+        self.engine = engine
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        if self.journal is not None:
+            self.journal.append(entry)
+
+    def _apply_entry(self, entry: dict[str, Any]) -> None:
+        op = entry["op"]
+        if op == "create_instance":
+            fields = {k: v for k, v in entry.items() if k != "op"}
+            fields["create_time"] = parse_timestamp(fields["create_time"])
+            self.instances[entry["name"]] = Instance(**fields)
+        elif op == "delete_instance":
+            self.instances.pop(entry["name"], None)
+            for name in [n for n in self.databases if n.startswith(entry["name"] + "/")]:
+                del self.databases[name]
+        elif op == "create_database":
+            dialect = entry["dialect"]
+            self.databases[entry["name"]] = Database(entry["name"], dialect, parse_timestamp(entry["create_time"]), Schema(dialect == POSTGRESQL))
+        elif op == "drop_database":
+            self.databases.pop(entry["name"], None)
+        elif op == "ddl":
+            database = self.databases[entry["db"]]
+            timestamps = [parse_timestamp(t) for t in entry["commit_timestamps"]]
+            self._apply_ddl(database, entry["statements"], timestamps, entry["operation"], call_engine=False)
+        elif op == "commit":
+            rows = self.databases[entry["db"]].data
+            for table, key, row in entry["writes"]:
+                self._write_row(rows, table, tuple(key), row)
+            self._saw(parse_timestamp(entry["ts"]))
+        else:
+            raise ValueError(f"unknown journal entry {op!r}")
+
+    def _saw(self, timestamp: datetime) -> None:
+        if self.last_timestamp is None or timestamp > self.last_timestamp:
+            self.last_timestamp = timestamp
+
+    # -- instances and databases ----------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self.clock.now() if self.clock else datetime.now(UTC)
+
+    def create_instance(self, instance: Instance) -> Instance:
+        with self.lock:
+            if instance.name in self.instances:
+                raise QueryError("ALREADY_EXISTS", f"Instance already exists: {instance.name}")
+            instance.create_time = self.now()
+            entry = {"op": "create_instance", **instance.__dict__, "create_time": format_timestamp(instance.create_time)}
+            self._record(entry)
+            self.instances[instance.name] = instance
+            return instance
+
+    def instance(self, name: str) -> Instance:
+        found = self.instances.get(name)
+        if found is None:
+            raise QueryError("NOT_FOUND", f"Instance not found: {name}")
+        return found
+
+    def delete_instance(self, name: str) -> None:
+        with self.lock:
+            self.instance(name)
+            for database in [d for d in self.databases if d.startswith(name + "/")]:
+                self.drop_database(database)
+            self._record({"op": "delete_instance", "name": name})
+            del self.instances[name]
+
+    def database(self, name: str) -> Database:
+        found = self.databases.get(name)
+        if found is None:
+            raise QueryError("NOT_FOUND", f"Database not found: {name}")
+        return found
+
+    def create_database(self, name: str, dialect: int, statements: Sequence[str]) -> tuple[Database, DdlOperation | None]:
+        with self.lock:
+            self.instance(name.split("/databases/")[0])
+            if name in self.databases:
+                raise QueryError("ALREADY_EXISTS", f"Database already exists: {name}")
+            dialect = dialect or GOOGLE_STANDARD_SQL
+            database = Database(name, dialect, self.now(), Schema(dialect == POSTGRESQL))
+            # validate the extra statements before the database exists, so a bad schema creates nothing
+            self._plan_ddl(database, statements, [self.now()] * len(statements))
+            self._record({"op": "create_database", "name": name, "dialect": dialect, "create_time": format_timestamp(database.create_time)})
+            self.databases[name] = database
+            operation = self.update_ddl(name, statements) if statements else None
+            return database, operation
+
+    def drop_database(self, name: str) -> None:
+        with self.lock:
+            database = self.database(name)
+            self._record({"op": "drop_database", "name": name})
+            del self.databases[name]
+            if self.engine is not None:
+                for stream in database.schema.streams:
+                    self.engine.drop_stream(name, stream)
+
+    # -- DDL ------------------------------------------------------------------------------------
+
+    def update_ddl(self, db: str, statements: Sequence[str], operation_id: str = "") -> DdlOperation:
+        if not statements:
+            raise QueryError("INVALID_ARGUMENT", "UpdateDatabaseDdl needs at least one statement")
+        with self.lock:
+            database = self.database(db)
+            assert self.clock is not None
+            operation_id = operation_id or "ddl_" + secrets.token_hex(8)
+            name = f"{db}/operations/{operation_id}"
+            if any(op.name == name for op in database.operations):
+                raise QueryError("ALREADY_EXISTS", f"Operation already exists: {name}")
+            timestamps = [self.clock.next_commit_timestamp() for _ in statements]
+            try:
+                self._plan_ddl(database, statements, timestamps)
+            except QueryError:
+                self._pass_time(db, timestamps)
+                raise
+            self._record({"op": "ddl", "db": db, "statements": list(statements), "operation": name,
+                          "commit_timestamps": [format_timestamp(t) for t in timestamps]})
+            return self._apply_ddl(database, statements, timestamps, name, call_engine=True)
+
+    def _plan_ddl(
+        self, database: Database, statements: Sequence[str], timestamps: Sequence[datetime]
+    ) -> tuple[Schema, list[tuple[Effect | None, dict[str, TableInfo]]]]:
+        """The new schema and each statement's effect (with the tables after it); raises QueryError, changing nothing."""
+        schema = database.schema.copy()
+        planned = []
+        for text, timestamp in zip(statements, timestamps, strict=True):
+            effect = schema.apply(ddl.parse(text, database.postgres), timestamp, lambda t: len(database.data.get(t, {})))
+            planned.append((effect, schema.table_infos()))
+        return schema, planned
+
+    def _apply_ddl(self, database: Database, statements: Sequence[str], timestamps: Sequence[datetime], name: str, call_engine: bool) -> DdlOperation:
+        schema, planned = self._plan_ddl(database, statements, timestamps)
+        database.schema = schema
+        for (effect, tables), timestamp in zip(planned, timestamps, strict=True):
+            self._saw(timestamp)
+            if effect is None:
+                if call_engine:
+                    self._pass_time(database.name, [timestamp])
+                continue
+            kind = effect[0]
+            if kind == "drop_table":
+                database.data.pop(effect[1], None)
+            elif kind == "add_column":
+                for row in database.data.get(effect[1], {}).values():
+                    row[effect[2]] = None
+            elif kind == "drop_column":
+                for row in database.data.get(effect[1], {}).values():
+                    row.pop(effect[2], None)
+            if call_engine and self.engine is not None:
+                self._engine_effect(database.name, effect, tables)
+                self._pass_time(database.name, [timestamp])
+        operation = DdlOperation(name, database.name, tuple(statements), tuple(timestamps))
+        database.operations.append(operation)
+        return operation
+
+    def _pass_time(self, db: str, timestamps: Sequence[datetime]) -> None:
+        """Hand timestamps that carry no row changes to the engine: readers wait for every issued one."""
+        if self.engine is not None:
+            for timestamp in timestamps:
+                self.engine.commit(db, timestamp, "", "", [])
+
+    def _engine_effect(self, db: str, effect: Effect, tables: dict[str, TableInfo]) -> None:
+        assert self.engine is not None
+        kind = effect[0]
+        if kind == "create_stream":
+            self.engine.create_stream(db, effect[1], tables)
+        elif kind == "alter_stream":
+            self.engine.alter_stream(db, effect[1], tables)
+        elif kind == "drop_stream":
+            self.engine.drop_stream(db, effect[1])
+        else:
+            self.engine.update_tables(db, tables)
+
+    # -- data -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _write_row(data: dict[str, Rows], table: str, key: tuple[Any, ...], row: dict[str, Any] | None) -> None:
+        rows = data.setdefault(table, {})
+        if row is None:
+            rows.pop(key, None)
+        else:
+            rows[key] = row
+
+    def commit(self, db: str, mutations: Iterable[Any], transaction_tag: str = "") -> datetime:
+        """Apply mutations atomically; returns the commit timestamp. Raises QueryError and changes nothing on a bad mutation."""
+        with self.lock:
+            database = self.database(db)
+            assert self.clock is not None
+            commit_ts = self.clock.next_commit_timestamp()
+            changes = MutationSet(database.schema, database.data, format_timestamp(commit_ts))
+            try:
+                changes.apply(mutations)
+            except QueryError:
+                self._pass_time(db, [commit_ts])
+                raise
+            writes = changes.writes()
+            if writes:
+                # journal before the engine: a crash in between loses a change record, never reorders time
+                self._record({"op": "commit", "db": db, "ts": format_timestamp(commit_ts),
+                              "writes": [[table, list(key), row] for table, key, row in writes]})
+            if self.engine is not None:
+                self.engine.commit(db, commit_ts, secrets.token_hex(10), transaction_tag, changes.changes())
+            for table, key, row in writes:
+                self._write_row(database.data, table, key, row)
+            self._saw(commit_ts)
+            return commit_ts
+
+    def databases_of(self, instance: str) -> Iterator[Database]:
+        prefix = instance + "/databases/"
+        return (d for d in list(self.databases.values()) if d.name.startswith(prefix))

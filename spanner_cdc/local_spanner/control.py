@@ -1,0 +1,121 @@
+"""The local server's control protocol (fault injection, forced splits and merges, status): service and client."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from spanner_cdc.errors import SpannerCdcError
+from spanner_cdc.local_spanner.model import QueryError
+
+SERVICE = "spanner_cdc.local.Control"
+
+
+class ControlError(SpannerCdcError):
+    """The local server refused a control request, or could not be reached."""
+
+
+class ControlService:
+    """JSON request / response handlers; `engine` is the change stream engine, `status` the server's summary."""
+
+    def __init__(self, engine: Any, faults: Any, status: Callable[[], dict[str, Any]], commit_lock: Any = None) -> None:
+        self.engine = engine
+        self.faults = faults
+        self.status = status
+        # splits and merges take a commit timestamp too: hold the server's commit lock so time stays in log order
+        self._lock = commit_lock if commit_lock is not None else threading.Lock()
+
+    def fail_next_reads(self, request: dict[str, Any]) -> dict[str, Any]:
+        reads, after_rows = int(request.get("reads", 1)), int(request.get("after_rows", 0))
+        if reads < 0 or after_rows < 0:
+            raise QueryError("INVALID_ARGUMENT", f"reads={reads}, after_rows={after_rows}: expected numbers >= 0")
+        self.faults.arm(reads, after_rows)
+        return {"armed": reads, "after_rows": after_rows}
+
+    def split(self, request: dict[str, Any]) -> dict[str, Any]:
+        database, stream = _required(request, "database"), _required(request, "stream")
+        return {"tokens": list(self.engine.split(database, stream, request.get("token")))}
+
+    def merge(self, request: dict[str, Any]) -> dict[str, Any]:
+        database, stream = _required(request, "database"), _required(request, "stream")
+        tokens = request.get("tokens")
+        return {"token": self.engine.merge(database, stream, tokens or None)}
+
+    def handlers(self) -> grpc.GenericRpcHandler:
+        def unary(method: Callable[[dict[str, Any]], dict[str, Any]]) -> grpc.RpcMethodHandler:
+            def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+                try:
+                    body = json.loads(request or b"{}")
+                    with self._lock:
+                        return json.dumps(method(body), default=str).encode()
+                except QueryError as exc:
+                    context.abort(getattr(grpc.StatusCode, exc.code, grpc.StatusCode.UNKNOWN), str(exc))
+                except (ValueError, KeyError, TypeError) as exc:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad control request: {exc}")
+                raise AssertionError("unreachable")
+
+            return grpc.unary_unary_rpc_method_handler(handle)
+
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "FailNextReads": unary(self.fail_next_reads),
+                "Split": unary(self.split),
+                "Merge": unary(self.merge),
+                "Status": unary(lambda _: self.status()),
+            },
+        )
+
+
+def _required(request: dict[str, Any], name: str) -> str:
+    value = request.get(name)
+    if not value:
+        raise QueryError("INVALID_ARGUMENT", f"missing {name}")
+    return str(value)
+
+
+class ControlClient:
+    """Talks to a running local server at host:port."""
+
+    def __init__(self, host: str, timeout: float = 30.0) -> None:
+        self.host = host
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(host)
+
+    def _call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        call = self._channel.unary_unary(f"/{SERVICE}/{method}")
+        try:
+            response = call(json.dumps(body).encode(), timeout=self.timeout)
+        except grpc.RpcError as exc:
+            code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            raise ControlError(f"local Spanner server at {self.host}: {method} failed ({code}): {details}") from None
+        return dict(json.loads(response))
+
+    def fail_next_reads(self, reads: int = 1, after_rows: int = 0) -> dict[str, Any]:
+        """The next `reads` change stream reads send `after_rows` rows, then fail with UNAVAILABLE."""
+        return self._call("FailNextReads", {"reads": reads, "after_rows": after_rows})
+
+    def split(self, database: str, stream: str, token: str | None = None) -> list[str]:
+        """Split a partition now (default: the engine's choice); returns the child tokens."""
+        return list(self._call("Split", {"database": database, "stream": stream, "token": token})["tokens"])
+
+    def merge(self, database: str, stream: str, tokens: Sequence[str] | None = None) -> str:
+        """Merge partitions now (default: the engine's choice of neighbours); returns the child token."""
+        return str(self._call("Merge", {"database": database, "stream": stream, "tokens": list(tokens or [])})["token"])
+
+    def status(self) -> dict[str, Any]:
+        return self._call("Status", {})
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,426 @@
+"""DDL statements of both dialects parsed into small statement objects (tables, columns, change streams)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from spanner_cdc.local_spanner.lexer import Cursor
+from spanner_cdc.local_spanner.model import QueryError
+
+VALUE_CAPTURE_TYPES = ("OLD_AND_NEW_VALUES", "NEW_ROW", "NEW_VALUES", "NEW_ROW_AND_OLD_VALUES")
+STREAM_OPTIONS = (
+    "retention_period",
+    "value_capture_type",
+    "exclude_insert",
+    "exclude_update",
+    "exclude_delete",
+    "exclude_ttl_deletes",
+    "allow_txn_exclusion",
+)
+MIN_RETENTION, MAX_RETENTION = timedelta(days=1), timedelta(days=30)
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+_GSQL_SCALARS = {"INT64", "BOOL", "FLOAT64", "FLOAT32", "NUMERIC", "TIMESTAMP", "DATE", "JSON"}
+_PG_SCALARS: dict[tuple[str, ...], dict[str, Any]] = {
+    ("bigint",): {"code": "INT64"},
+    ("int8",): {"code": "INT64"},
+    ("integer",): {"code": "INT64"},
+    ("int",): {"code": "INT64"},
+    ("int4",): {"code": "INT64"},
+    ("boolean",): {"code": "BOOL"},
+    ("bool",): {"code": "BOOL"},
+    ("double", "precision"): {"code": "FLOAT64"},
+    ("float8",): {"code": "FLOAT64"},
+    ("real",): {"code": "FLOAT32"},
+    ("float4",): {"code": "FLOAT32"},
+    ("text",): {"code": "STRING"},
+    ("timestamptz",): {"code": "TIMESTAMP"},
+    ("timestamp", "with", "time", "zone"): {"code": "TIMESTAMP"},
+    ("date",): {"code": "DATE"},
+    ("bytea",): {"code": "BYTES"},
+    ("jsonb",): {"code": "JSON", "type_annotation": "PG_JSONB"},
+    ("numeric",): {"code": "NUMERIC", "type_annotation": "PG_NUMERIC"},
+    ("decimal",): {"code": "NUMERIC", "type_annotation": "PG_NUMERIC"},
+}
+
+
+@dataclass(frozen=True)
+class ColumnDef:
+    name: str
+    type: dict[str, Any]  # Spanner JSON type; "_max_length" is a private hint for STRING / BYTES
+    not_null: bool = False
+    sql_type: str = ""  # as declared, for GetDatabaseDdl
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CreateTable:
+    name: str
+    columns: tuple[ColumnDef, ...]
+    key: tuple[tuple[str, bool], ...]  # (column, descending)
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropTable:
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    table: str
+    column: ColumnDef
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropColumn:
+    table: str
+    column: str
+
+
+@dataclass(frozen=True)
+class CreateIndex:
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class DropIndex:
+    name: str
+
+
+# tables: None = FOR ALL; table -> None (all columns) or the listed non-key columns
+StreamTables = dict[str, tuple[str, ...] | None] | None
+
+
+@dataclass(frozen=True)
+class CreateChangeStream:
+    name: str
+    tables: StreamTables
+    options: dict[str, str]
+    tracks_nothing: bool = False  # declared without a FOR clause
+
+
+@dataclass(frozen=True)
+class AlterChangeStream:
+    name: str
+    set_tables: bool = False
+    tables: StreamTables = None
+    drop_for_all: bool = False
+    options: dict[str, str | None] = field(default_factory=dict)  # None = reset to default
+
+
+@dataclass(frozen=True)
+class DropChangeStream:
+    name: str
+
+
+Statement = (
+    CreateTable | DropTable | AddColumn | DropColumn | CreateIndex | DropIndex | CreateChangeStream | AlterChangeStream | DropChangeStream
+)
+
+
+def parse_duration(text: str) -> timedelta:
+    """'36h', '7d', '90m', '3600s' as a timedelta."""
+    value = text.strip().lower()
+    if len(value) < 2 or value[-1] not in _DURATION_UNITS or not value[:-1].isdigit():
+        raise ValueError(f"invalid duration {text!r}: expected a number followed by s, m, h or d, such as '36h'")
+    return timedelta(seconds=int(value[:-1]) * _DURATION_UNITS[value[-1]])
+
+
+def check_stream_option(name: str, value: str | None) -> None:
+    if name not in STREAM_OPTIONS:
+        raise QueryError("INVALID_ARGUMENT", f"Unknown change stream option {name!r}: expected one of {', '.join(STREAM_OPTIONS)}")
+    if value is None:
+        return
+    if name == "value_capture_type" and value not in VALUE_CAPTURE_TYPES:
+        raise QueryError("INVALID_ARGUMENT", f"Invalid value_capture_type {value!r}: expected one of {', '.join(VALUE_CAPTURE_TYPES)}")
+    if name == "retention_period":
+        try:
+            retention = parse_duration(value)
+        except ValueError as exc:
+            raise QueryError("INVALID_ARGUMENT", f"Invalid retention_period: {exc}") from None
+        if not MIN_RETENTION <= retention <= MAX_RETENTION:
+            raise QueryError("INVALID_ARGUMENT", f"Invalid retention_period {value!r}: expected between 1d and 30d")
+    if name.startswith(("exclude_", "allow_")) and value not in ("true", "false"):
+        raise QueryError("INVALID_ARGUMENT", f"Invalid value for {name}: {value!r}: expected true or false")
+
+
+def parse(text: str, postgres: bool) -> Statement:
+    """One DDL statement; raises QueryError(INVALID_ARGUMENT) naming the position of a syntax error."""
+    cur = Cursor(text, postgres)
+    try:
+        statement = _statement(cur)
+        cur.expect_end()
+    except QueryError as exc:
+        raise QueryError(exc.code, f"Error parsing Spanner DDL statement: {text.strip()} : {exc}") from None
+    return statement
+
+
+def _statement(cur: Cursor) -> Statement:
+    if cur.accept("CREATE", "TABLE"):
+        return _create_table(cur)
+    if cur.accept("DROP", "TABLE"):
+        if_exists = cur.accept("IF", "EXISTS")
+        return DropTable(cur.identifier("a table name"), if_exists)
+    if cur.accept("ALTER", "TABLE"):
+        return _alter_table(cur)
+    if cur.accept("CREATE", "CHANGE", "STREAM"):
+        name = cur.identifier("a change stream name")
+        tracks_nothing = not cur.peek.is_word("FOR")
+        tables = _for_clause(cur) if cur.accept("FOR") else {}
+        options = _options(cur) if cur.peek.is_word("OPTIONS", "WITH") else {}
+        return CreateChangeStream(name, tables, {k: v for k, v in options.items() if v is not None}, tracks_nothing)
+    if cur.accept("ALTER", "CHANGE", "STREAM"):
+        return _alter_stream(cur)
+    if cur.accept("DROP", "CHANGE", "STREAM"):
+        return DropChangeStream(cur.identifier("a change stream name"))
+    if cur.peek.is_word("CREATE"):
+        start = cur.index
+        cur.next()
+        while cur.peek.is_word("UNIQUE", "NULL_FILTERED"):
+            cur.next()
+        if cur.accept("INDEX"):
+            cur.accept("IF", "NOT", "EXISTS")
+            name = cur.identifier("an index name")
+            while not cur.at_end():
+                cur.next()
+            return CreateIndex(name, cur.text.strip().rstrip(";").strip())
+        cur.index = start
+    if cur.accept("DROP", "INDEX"):
+        cur.accept("IF", "EXISTS")
+        return DropIndex(cur.identifier("an index name"))
+    raise cur.error("CREATE TABLE, DROP TABLE, ALTER TABLE, CREATE/DROP INDEX or CREATE/ALTER/DROP CHANGE STREAM")
+
+
+def _create_table(cur: Cursor) -> CreateTable:
+    if_not_exists = cur.accept("IF", "NOT", "EXISTS")
+    name = cur.identifier("a table name")
+    cur.expect_punct("(")
+    columns: list[ColumnDef] = []
+    key: list[tuple[str, bool]] = []
+    while not cur.accept_punct(")"):
+        if cur.accept("PRIMARY", "KEY"):
+            key = _key_list(cur)
+        elif cur.peek.is_word("CONSTRAINT", "FOREIGN", "CHECK"):
+            _skip_constraint(cur)
+        else:
+            column, inline_key = _column(cur)
+            columns.append(column)
+            if inline_key:
+                key = [(column.name, False)]
+        if not cur.accept_punct(","):
+            cur.expect_punct(")")
+            break
+    if not cur.postgres:
+        cur.expect("PRIMARY", "KEY")
+        key = _key_list(cur)
+    while cur.accept_punct(",") or cur.peek.is_word("INTERLEAVE", "ROW", "TTL"):
+        if cur.peek.is_word("INTERLEAVE"):
+            raise QueryError("INVALID_ARGUMENT", "INTERLEAVE IN PARENT is not supported by the local Spanner server; use a plain table")
+        if cur.accept("ROW", "DELETION", "POLICY") or cur.accept("TTL", "INTERVAL"):
+            raise QueryError("INVALID_ARGUMENT", "row deletion policies (TTL) are not supported by the local Spanner server")
+    if not key and cur.postgres:
+        raise QueryError("INVALID_ARGUMENT", f"Table {name} needs a PRIMARY KEY")
+    return CreateTable(name, tuple(columns), tuple(key), if_not_exists)
+
+
+def _key_list(cur: Cursor) -> list[tuple[str, bool]]:
+    cur.expect_punct("(")
+    key: list[tuple[str, bool]] = []
+    while not cur.accept_punct(")"):
+        column = cur.identifier("a key column")
+        descending = cur.accept("DESC")
+        if not descending:
+            cur.accept("ASC")
+        key.append((column, descending))
+        if not cur.accept_punct(","):
+            cur.expect_punct(")")
+            break
+    return key
+
+
+def _skip_constraint(cur: Cursor) -> None:
+    # foreign keys and checks do not change what a change stream records; accepted and not enforced
+    while not (cur.peek.kind == "punct" and cur.peek.text in (",", ")")) and cur.peek.kind != "end":
+        if cur.peek.kind == "punct" and cur.peek.text == "(":
+            cur.skip_balanced()
+        else:
+            cur.next()
+
+
+def _column(cur: Cursor) -> tuple[ColumnDef, bool]:
+    name = cur.identifier("a column name")
+    start = cur.peek.pos
+    type_ = _pg_type(cur) if cur.postgres else _gsql_type(cur)
+    sql_type = cur.text[start : cur.peek.pos]
+    not_null = False
+    inline_key = False
+    options: dict[str, str] = {}
+    while True:
+        if cur.accept("NOT", "NULL"):
+            not_null = True
+        elif cur.accept("NULL"):
+            pass
+        elif cur.postgres and cur.accept("PRIMARY", "KEY"):
+            inline_key = True
+            not_null = True
+        elif cur.accept("DEFAULT"):
+            raise QueryError("INVALID_ARGUMENT", f"DEFAULT values (column {name}) are not supported by the local Spanner server")
+        elif cur.peek.is_word("AS", "GENERATED"):
+            raise QueryError("INVALID_ARGUMENT", f"generated columns (column {name}) are not supported by the local Spanner server")
+        elif not cur.postgres and cur.peek.is_word("OPTIONS"):
+            options = {k: v for k, v in _options(cur, stream=False).items() if v is not None}
+        else:
+            break
+    return ColumnDef(name, type_, not_null, sql_type.strip(), options), inline_key
+
+
+def _length(cur: Cursor, allow_max: bool) -> int | None:
+    cur.expect_punct("(")
+    if allow_max and cur.accept("MAX"):
+        length = None
+    else:
+        token = cur.next()
+        if token.kind != "number" or not token.text.isdigit():
+            raise cur.error("a length" + (" or MAX" if allow_max else ""))
+        length = int(token.text)
+    if cur.accept_punct(","):  # numeric(precision, scale)
+        cur.next()
+    cur.expect_punct(")")
+    return length
+
+
+def _gsql_type(cur: Cursor) -> dict[str, Any]:
+    token = cur.peek
+    word = token.text.upper() if token.kind == "ident" else ""
+    if word == "ARRAY":
+        cur.next()
+        cur.expect_punct("<")
+        element = _gsql_type(cur)
+        cur.expect_punct(">")
+        return {"code": "ARRAY", "array_element_type": element}
+    if word in ("STRING", "BYTES"):
+        cur.next()
+        length = _length(cur, allow_max=True)
+        return {"code": word} if length is None else {"code": word, "_max_length": length}
+    if word in _GSQL_SCALARS:
+        cur.next()
+        return {"code": word}
+    raise cur.error("a column type (INT64, STRING(n), BOOL, FLOAT64, NUMERIC, TIMESTAMP, DATE, BYTES(n), JSON, ARRAY<...>)")
+
+
+def _pg_type(cur: Cursor) -> dict[str, Any]:
+    type_: dict[str, Any] | None = None
+    if cur.accept("CHARACTER", "VARYING") or cur.accept("VARCHAR"):
+        type_ = {"code": "STRING"}
+        if cur.peek.kind == "punct" and cur.peek.text == "(":
+            length = _length(cur, allow_max=False)
+            type_["_max_length"] = length
+    else:
+        for words, scalar in _PG_SCALARS.items():
+            if cur.accept(*(w.upper() for w in words)):
+                type_ = dict(scalar)
+                if words[0] in ("numeric", "decimal") and cur.peek.kind == "punct" and cur.peek.text == "(":
+                    _length(cur, allow_max=False)
+                break
+    if type_ is None:
+        raise cur.error("a column type (bigint, varchar, text, boolean, double precision, numeric, timestamptz, date, bytea, jsonb, or an array type[])")
+    while cur.accept_punct("["):
+        cur.expect_punct("]")
+        type_ = {"code": "ARRAY", "array_element_type": type_}
+    return type_
+
+
+def _alter_table(cur: Cursor) -> Statement:
+    table = cur.identifier("a table name")
+    if cur.accept("ADD"):
+        cur.accept("COLUMN")
+        if_not_exists = cur.accept("IF", "NOT", "EXISTS")
+        column, inline_key = _column(cur)
+        if inline_key:
+            raise QueryError("INVALID_ARGUMENT", "ALTER TABLE cannot add a primary key column")
+        return AddColumn(table, column, if_not_exists)
+    if cur.accept("DROP"):
+        cur.accept("COLUMN")
+        return DropColumn(table, cur.identifier("a column name"))
+    raise cur.error("ADD COLUMN or DROP COLUMN")
+
+
+def _for_clause(cur: Cursor) -> StreamTables:
+    if cur.accept("ALL"):
+        return None
+    tables: dict[str, tuple[str, ...] | None] = {}
+    while True:
+        table = cur.identifier("a table name or ALL")
+        columns: tuple[str, ...] | None = None
+        if cur.accept_punct("("):
+            names: list[str] = []
+            while not cur.accept_punct(")"):
+                names.append(cur.identifier("a column name"))
+                if not cur.accept_punct(","):
+                    cur.expect_punct(")")
+                    break
+            columns = tuple(names)
+        tables[table] = columns
+        if not cur.accept_punct(","):
+            return tables
+
+
+def _options(cur: Cursor, stream: bool = True) -> dict[str, str | None]:
+    cur.next()  # OPTIONS / WITH / SET
+    cur.expect_punct("(")
+    options: dict[str, str | None] = {}
+    while not cur.accept_punct(")"):
+        name = cur.identifier("an option name").lower()
+        cur.expect_punct("=")
+        token = cur.next()
+        if token.kind == "string":
+            value: str | None = token.text
+        elif token.is_word("TRUE", "FALSE"):
+            value = token.text.lower()
+        elif token.is_word("NULL"):
+            value = None
+        else:
+            cur.index -= 1
+            raise cur.error("a string, true, false or NULL")
+        if stream:
+            check_stream_option(name, value)
+        elif name != "allow_commit_timestamp":
+            raise QueryError("INVALID_ARGUMENT", f"Unknown column option {name!r}: expected allow_commit_timestamp")
+        options[name] = value
+        if not cur.accept_punct(","):
+            cur.expect_punct(")")
+            break
+    return options
+
+
+def _alter_stream(cur: Cursor) -> AlterChangeStream:
+    name = cur.identifier("a change stream name")
+    if cur.accept("SET", "FOR"):
+        return AlterChangeStream(name, set_tables=True, tables=_for_clause(cur))
+    if cur.accept("DROP", "FOR", "ALL"):
+        return AlterChangeStream(name, drop_for_all=True)
+    if cur.peek.is_word("SET"):
+        if not cur.postgres:
+            cur.next()
+            if not cur.peek.is_word("OPTIONS"):
+                raise cur.error("FOR or OPTIONS")
+        return AlterChangeStream(name, options=_options(cur))
+    if cur.postgres and cur.peek.is_word("RESET"):
+        cur.next()
+        cur.expect_punct("(")
+        reset: dict[str, str | None] = {}
+        while not cur.accept_punct(")"):
+            option = cur.identifier("an option name").lower()
+            check_stream_option(option, None)
+            reset[option] = None
+            if not cur.accept_punct(","):
+                cur.expect_punct(")")
+                break
+        return AlterChangeStream(name, options=reset)
+    raise cur.error("SET FOR, SET OPTIONS or DROP FOR ALL" if not cur.postgres else "SET FOR, SET (...), RESET (...) or DROP FOR ALL")

@@ -1,0 +1,217 @@
+"""Commit mutations applied to a database's rows: Spanner's insert/update/replace/delete rules and the row changes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spanner_cdc.local_spanner.model import QueryError, RowChange
+from spanner_cdc.local_spanner.schema import Schema, TableDef
+from spanner_cdc.local_spanner.values import COMMIT_TIMESTAMP_PLACEHOLDER, normalize, pb_to_python, sort_key
+
+Key = tuple[Any, ...]
+Rows = dict[Key, dict[str, Any]]  # key tuple -> full row (key columns included)
+
+
+@dataclass
+class _Touched:
+    table: TableDef
+    key: Key
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    written: set[str] = field(default_factory=set)
+    replaced: bool = False  # deleted and written again: every column counts as written
+
+
+class MutationSet:
+    """The net effect of one commit's mutations, computed against the committed rows without changing them."""
+
+    def __init__(self, schema: Schema, data: Mapping[str, Rows], commit_timestamp: str) -> None:
+        self.schema = schema
+        self.data = data
+        self.commit_timestamp = commit_timestamp
+        self._touched: dict[tuple[str, Key], _Touched] = {}
+
+    def _table(self, name: str) -> TableDef:
+        table = self.schema.table(name)
+        if table is None:
+            raise QueryError("NOT_FOUND", f"Table not found: {name}")
+        return table
+
+    def _current(self, table: TableDef, key: Key) -> dict[str, Any] | None:
+        touched = self._touched.get((table.name, key))
+        if touched is not None:
+            return touched.after
+        return self.data.get(table.name, {}).get(key)
+
+    def _touch(self, table: TableDef, key: Key) -> _Touched:
+        slot = (table.name, key)
+        touched = self._touched.get(slot)
+        if touched is None:
+            before = self.data.get(table.name, {}).get(key)
+            touched = _Touched(table, key, before, before)
+            self._touched[slot] = touched
+        return touched
+
+    def _value(self, table: TableDef, column_name: str, value: Any) -> tuple[str, Any]:
+        column = table.column(column_name, self.schema.postgres)
+        if column is None:
+            raise QueryError("NOT_FOUND", f"Column not found in table {table.name}: {column_name}")
+        where = f"column {table.name}.{column.name}"
+        normalized = normalize(column.type, value, where)
+        if normalized == COMMIT_TIMESTAMP_PLACEHOLDER:
+            normalized = self.commit_timestamp
+        if normalized is None and column.not_null:
+            raise QueryError("FAILED_PRECONDITION", f"{table.name}.{column.name} must not be NULL in table {table.name}.")
+        return column.name, normalized
+
+    def apply(self, mutations: Iterable[Any]) -> None:
+        """Apply google.spanner.v1.Mutation messages in order; raises QueryError on the first invalid one."""
+        for mutation in mutations:
+            operation = mutation.WhichOneof("operation")
+            if operation == "delete":
+                table = self._table(mutation.delete.table)
+                for key in self._matching_keys(table, mutation.delete.key_set):
+                    self.delete(table, key)
+            elif operation in ("insert", "update", "insert_or_update", "replace"):
+                write = getattr(mutation, operation)
+                table = self._table(write.table)
+                columns = list(write.columns)
+                for values in write.values:
+                    if len(values.values) != len(columns):
+                        raise QueryError("INVALID_ARGUMENT", f"Mutation for table {table.name} has {len(values.values)} values for {len(columns)} columns.")
+                    self.write(operation, table, dict(zip(columns, (pb_to_python(v) for v in values.values), strict=True)))
+            else:
+                raise QueryError("UNIMPLEMENTED", f"Mutation type {operation} is not supported by the local Spanner server")
+
+    def write(self, operation: str, table: TableDef, given: Mapping[str, Any]) -> None:
+        values = dict(self._value(table, name, value) for name, value in given.items())
+        missing = [name for name in table.key_names if name not in values]
+        if missing:
+            raise QueryError("FAILED_PRECONDITION", f"Mutation for table {table.name} is missing key column(s): {', '.join(missing)}")
+        key = tuple(values[name] for name in table.key_names)
+        current = self._current(table, key)
+        if operation == "insert" and current is not None:
+            raise QueryError("ALREADY_EXISTS", f"Row {_show(key)} in table {table.name} already exists")
+        if operation == "update" and current is None:
+            raise QueryError("NOT_FOUND", f"Row {_show(key)} not found in table {table.name}")
+        touched = self._touch(table, key)
+        if current is None or operation == "replace":
+            row = {column.name: None for column in table.columns}
+            row.update(values)
+            nulls = [c.name for c in table.columns if c.not_null and row[c.name] is None]
+            if nulls:
+                raise QueryError("FAILED_PRECONDITION", f"{table.name}.{nulls[0]} must not be NULL in table {table.name}.")
+            if current is None and touched.before is not None:
+                touched.replaced = True
+            if operation == "replace" and current is not None:
+                touched.replaced = True
+        else:
+            row = dict(current)
+            row.update(values)
+        touched.after = row
+        touched.written.update(name for name in values if name not in table.key_names)
+
+    def delete(self, table: TableDef, key: Key) -> None:
+        if self._current(table, key) is None:
+            return
+        touched = self._touch(table, key)
+        touched.after = None
+        touched.written.clear()
+
+    def _matching_keys(self, table: TableDef, key_set: Any) -> list[Key]:
+        types = [self._key_column(table, name) for name in table.key_names]
+        rows = dict(self.data.get(table.name, {}))
+        for (name, key), touched in self._touched.items():
+            if name == table.name:
+                if touched.after is None:
+                    rows.pop(key, None)
+                else:
+                    rows[key] = touched.after
+        if key_set.all_:
+            return list(rows)
+        found: list[Key] = []
+        for key_pb in key_set.keys:
+            key = self._key_values(table, key_pb, types, prefix=False)
+            if key in rows:
+                found.append(key)
+        for key_range in key_set.ranges:
+            low, high = self._range(table, key_range, types)
+            for key in sorted(rows, key=lambda k: _order(types, k)):
+                if low(key) and high(key):
+                    found.append(key)
+        return found
+
+    def _key_column(self, table: TableDef, name: str) -> tuple[dict[str, Any], bool]:
+        column = table.column(name, self.schema.postgres)
+        assert column is not None
+        return column.type, dict(table.key)[name]
+
+    def _key_values(self, table: TableDef, key_pb: Any, types: Sequence[tuple[dict[str, Any], bool]], prefix: bool) -> Key:
+        values = [pb_to_python(v) for v in key_pb.values]
+        if len(values) > len(types) or (not prefix and len(values) != len(types)):
+            raise QueryError("INVALID_ARGUMENT", f"Key {values} for table {table.name} does not match its primary key ({', '.join(table.key_names)})")
+        return tuple(normalize(t, v, f"key column {table.name}.{n}") for (t, _), v, n in zip(types, values, table.key_names, strict=False))
+
+    def _range(self, table: TableDef, key_range: Any, types: Sequence[tuple[dict[str, Any], bool]]) -> tuple[Any, Any]:
+        start_kind = key_range.WhichOneof("start_key_type")
+        end_kind = key_range.WhichOneof("end_key_type")
+        if start_kind is None or end_kind is None:
+            raise QueryError("INVALID_ARGUMENT", f"Key range for table {table.name} needs a start and an end")
+        start = _order(types, self._key_values(table, getattr(key_range, start_kind), types, prefix=True))
+        end = _order(types, self._key_values(table, getattr(key_range, end_kind), types, prefix=True))
+
+        def low(key: Key) -> bool:
+            head = _order(types, key)[: len(start)]
+            return head >= start if start_kind == "start_closed" else head > start
+
+        def high(key: Key) -> bool:
+            head = _order(types, key)[: len(end)]
+            return head <= end if end_kind == "end_closed" else head < end
+
+        return low, high
+
+    def changes(self) -> list[RowChange]:
+        """One row change per touched row (net effect, in first-touch order); untouched net no-ops dropped."""
+        out: list[RowChange] = []
+        for touched in self._touched.values():
+            table = touched.table
+            key_names = table.key_names
+            keys = dict(zip(key_names, touched.key, strict=True))
+            non_key = [c.name for c in table.columns if c.name not in key_names]
+            before, after = touched.before, touched.after
+            if before is None and after is None:
+                continue
+            old_row = None if before is None else {name: before.get(name) for name in non_key}
+            new_row = None if after is None else {name: after.get(name) for name in non_key}
+            if before is None:
+                mod_type, written = "INSERT", tuple(non_key)
+            elif after is None:
+                mod_type, written = "DELETE", ()
+            else:
+                mod_type = "UPDATE"
+                written = tuple(non_key) if touched.replaced else tuple(n for n in non_key if n in touched.written)
+            out.append(RowChange(table.name, mod_type, keys, old_row, new_row, written))
+        return out
+
+    def writes(self) -> list[tuple[str, Key, dict[str, Any] | None]]:
+        return [(t.table.name, t.key, t.after) for t in self._touched.values() if t.before is not None or t.after is not None]
+
+
+def _order(types: Sequence[tuple[dict[str, Any], bool]], key: Key) -> tuple[Any, ...]:
+    return tuple(sort_key(t, v, desc) for (t, desc), v in zip(types, key, strict=False))
+
+
+def sorted_keys(table: TableDef, rows: Rows, postgres: bool) -> list[Key]:
+    """Keys of `rows` in primary key order."""
+    types = []
+    for name, descending in table.key:
+        column = table.column(name, postgres)
+        assert column is not None
+        types.append((column.type, descending))
+    return sorted(rows, key=lambda k: _order(types, k))
+
+
+def _show(key: Key) -> str:
+    return "[" + ",".join("NULL" if v is None else str(v) for v in key) + "]"

@@ -1,0 +1,77 @@
+"""The local server's catalog journal: instances, databases, DDL and committed rows as JSON lines under --data-dir."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+JOURNAL_NAME = "catalog.jsonl"
+CLOCK_MARK_NAME = "clock.json"
+
+
+class Journal:
+    """Append-only; every entry is flushed before the call that wrote it returns, so a killed server keeps it."""
+
+    def __init__(self, data_dir: Path, fsync: bool = False) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = data_dir / JOURNAL_NAME
+        self.fsync = fsync
+        self._lock = threading.Lock()
+        self._truncate_torn_tail()
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def _truncate_torn_tail(self) -> None:
+        # a crash in the middle of a write leaves a last line without newline: that entry never committed
+        if not self.path.exists():
+            return
+        with self.path.open("rb+") as handle:
+            data = handle.read()
+            if data and not data.endswith(b"\n"):
+                cut = data.rfind(b"\n") + 1
+                log.warning("journal %s: dropping a torn last entry (%d bytes)", self.path, len(data) - cut)
+                handle.truncate(cut)
+
+    def entries(self) -> Iterator[dict[str, Any]]:
+        if not self.path.exists():
+            return
+        with self.path.open(encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    yield json.loads(line)
+
+    def append(self, entry: dict[str, Any]) -> None:
+        line = json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+            if self.fsync:
+                os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+class ClockMark:
+    """A server time no reader can have seen beyond; a restarted clock starts after it, so heartbeats stay true."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / CLOCK_MARK_NAME
+
+    def read(self) -> str | None:
+        try:
+            return str(json.loads(self.path.read_text(encoding="utf-8"))["not_before"])
+        except FileNotFoundError:
+            return None
+
+    def write(self, not_before: str) -> None:
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"not_before": not_before}), encoding="utf-8")
+        os.replace(temporary, self.path)

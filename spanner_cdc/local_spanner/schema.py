@@ -1,0 +1,283 @@
+"""A database schema on the local server: tables and change streams, DDL applied to it, and DDL printed from it."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from spanner_cdc.local_spanner import ddl
+from spanner_cdc.local_spanner.model import ColumnInfo, QueryError, StreamDef, TableInfo
+from spanner_cdc.local_spanner.values import public_type
+
+DEFAULT_RETENTION_TEXT = "24h"
+_SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
+_PG_SIMPLE = re.compile(r"^[a-z_][a-z_0-9]*$")
+
+
+@dataclass(frozen=True)
+class TableDef:
+    name: str
+    columns: tuple[ddl.ColumnDef, ...]
+    key: tuple[tuple[str, bool], ...]  # (column, descending)
+
+    def column(self, name: str, postgres: bool) -> ddl.ColumnDef | None:
+        for column in self.columns:
+            if column.name == name or (not postgres and column.name.lower() == name.lower()):
+                return column
+        return None
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.key)
+
+    def info(self) -> TableInfo:
+        keys = set(self.key_names)
+        columns = tuple(
+            ColumnInfo(c.name, public_type(c.type), c.name in keys, position) for position, c in enumerate(self.columns, 1)
+        )
+        return TableInfo(self.name, columns, self.key_names)
+
+
+# what applying a statement means outside the schema: the database keeps rows and the engine in step
+Effect = tuple[Any, ...]
+
+
+class Schema:
+    """Tables, change streams and indexes of one database; GoogleSQL names are case-insensitive."""
+
+    def __init__(self, postgres: bool) -> None:
+        self.postgres = postgres
+        self.tables: dict[str, TableDef] = {}
+        self.streams: dict[str, StreamDef] = {}
+        self.indexes: dict[str, str] = {}
+
+    def copy(self) -> Schema:
+        other = Schema(self.postgres)
+        other.tables = dict(self.tables)
+        other.streams = dict(self.streams)
+        other.indexes = dict(self.indexes)
+        return other
+
+    def _find(self, names: dict[str, Any], name: str) -> str | None:
+        if name in names:
+            return name
+        if not self.postgres:
+            lowered = name.lower()
+            for candidate in names:
+                if candidate.lower() == lowered:
+                    return candidate
+        return None
+
+    def table(self, name: str) -> TableDef | None:
+        found = self._find(self.tables, name)
+        return None if found is None else self.tables[found]
+
+    def stream(self, name: str) -> StreamDef | None:
+        found = self._find(self.streams, name)
+        return None if found is None else self.streams[found]
+
+    def table_infos(self) -> dict[str, TableInfo]:
+        return {name: table.info() for name, table in self.tables.items()}
+
+    def apply(self, statement: ddl.Statement, commit_ts: datetime, row_count: Callable[[str], int]) -> Effect | None:
+        """Apply one statement in place; raises QueryError (FAILED_PRECONDITION for schema conflicts)."""
+        if isinstance(statement, ddl.CreateTable):
+            return self._create_table(statement)
+        if isinstance(statement, ddl.DropTable):
+            return self._drop_table(statement)
+        if isinstance(statement, ddl.AddColumn):
+            return self._add_column(statement, row_count)
+        if isinstance(statement, ddl.DropColumn):
+            return self._drop_column(statement)
+        if isinstance(statement, ddl.CreateIndex):
+            if self._find(self.indexes, statement.name) is not None or self._find(self.tables, statement.name) is not None:
+                raise QueryError("FAILED_PRECONDITION", f"Duplicate name in schema: {statement.name}.")
+            self.indexes[statement.name] = statement.text
+            return None
+        if isinstance(statement, ddl.DropIndex):
+            found = self._find(self.indexes, statement.name)
+            if found is None:
+                raise QueryError("NOT_FOUND", f"Index not found: {statement.name}")
+            del self.indexes[found]
+            return None
+        if isinstance(statement, ddl.CreateChangeStream):
+            return self._create_stream(statement, commit_ts)
+        if isinstance(statement, ddl.AlterChangeStream):
+            return self._alter_stream(statement)
+        found = self._find(self.streams, statement.name)
+        if found is None:
+            raise QueryError("NOT_FOUND", f"Change stream not found: {statement.name}")
+        del self.streams[found]
+        return ("drop_stream", found)
+
+    def _create_table(self, statement: ddl.CreateTable) -> Effect | None:
+        if self._find(self.tables, statement.name) is not None:
+            if statement.if_not_exists:
+                return None
+            raise QueryError("FAILED_PRECONDITION", f"Duplicate name in schema: {statement.name}.")
+        if self._find(self.streams, statement.name) is not None or self._find(self.indexes, statement.name) is not None:
+            raise QueryError("FAILED_PRECONDITION", f"Duplicate name in schema: {statement.name}.")
+        seen: set[str] = set()
+        for column in statement.columns:
+            folded = column.name if self.postgres else column.name.lower()
+            if folded in seen:
+                raise QueryError("FAILED_PRECONDITION", f"Duplicate column name {statement.name}.{column.name}.")
+            seen.add(folded)
+        table = TableDef(statement.name, statement.columns, ())
+        key = []
+        for name, descending in statement.key:
+            key_column = table.column(name, self.postgres)
+            if key_column is None:
+                raise QueryError("FAILED_PRECONDITION", f"Table {statement.name} references nonexistent key column {name}.")
+            if key_column.type["code"] in ("ARRAY", "JSON"):
+                raise QueryError("FAILED_PRECONDITION", f"Key column {statement.name}.{name} has type {key_column.type['code']}, which cannot be a key.")
+            key.append((key_column.name, descending))
+        self.tables[statement.name] = replace(table, key=tuple(key))
+        return ("tables",)
+
+    def _drop_table(self, statement: ddl.DropTable) -> Effect | None:
+        found = self._find(self.tables, statement.name)
+        if found is None:
+            if statement.if_exists:
+                return None
+            raise QueryError("NOT_FOUND", f"Table not found: {statement.name}")
+        for stream in self.streams.values():
+            if stream.tables is not None and found in stream.tables:
+                raise QueryError("FAILED_PRECONDITION", f"Cannot drop table {found}: it is tracked by change stream {stream.name}; alter the change stream first.")
+        del self.tables[found]
+        return ("drop_table", found)
+
+    def _add_column(self, statement: ddl.AddColumn, row_count: Callable[[str], int]) -> Effect | None:
+        table = self.table(statement.table)
+        if table is None:
+            raise QueryError("NOT_FOUND", f"Table not found: {statement.table}")
+        if table.column(statement.column.name, self.postgres) is not None:
+            if statement.if_not_exists:
+                return None
+            raise QueryError("FAILED_PRECONDITION", f"Duplicate column name {table.name}.{statement.column.name}.")
+        if statement.column.not_null and row_count(table.name):
+            raise QueryError("FAILED_PRECONDITION", f"Cannot add NOT NULL column {table.name}.{statement.column.name} to a table that has rows.")
+        self.tables[table.name] = replace(table, columns=table.columns + (statement.column,))
+        return ("add_column", table.name, statement.column.name)
+
+    def _drop_column(self, statement: ddl.DropColumn) -> Effect | None:
+        table = self.table(statement.table)
+        if table is None:
+            raise QueryError("NOT_FOUND", f"Table not found: {statement.table}")
+        column = table.column(statement.column, self.postgres)
+        if column is None:
+            raise QueryError("NOT_FOUND", f"Column not found in table {table.name}: {statement.column}")
+        if column.name in table.key_names:
+            raise QueryError("FAILED_PRECONDITION", f"Cannot drop key column {table.name}.{column.name}.")
+        for stream in self.streams.values():
+            tracked = None if stream.tables is None else stream.tables.get(table.name, ())
+            if tracked and column.name in tracked:
+                raise QueryError("FAILED_PRECONDITION", f"Cannot drop column {table.name}.{column.name}: it is tracked by change stream {stream.name}.")
+        self.tables[table.name] = replace(table, columns=tuple(c for c in table.columns if c.name != column.name))
+        return ("drop_column", table.name, column.name)
+
+    def _resolve_tables(self, tables: ddl.StreamTables) -> dict[str, tuple[str, ...] | None] | None:
+        if tables is None:
+            return None
+        resolved: dict[str, tuple[str, ...] | None] = {}
+        for name, columns in tables.items():
+            table = self.table(name)
+            if table is None:
+                raise QueryError("NOT_FOUND", f"Table not found: {name}")
+            if columns is None:
+                resolved[table.name] = None
+                continue
+            names = []
+            for column_name in columns:
+                column = table.column(column_name, self.postgres)
+                if column is None:
+                    raise QueryError("NOT_FOUND", f"Column not found in table {table.name}: {column_name}")
+                if column.name in table.key_names:
+                    raise QueryError("FAILED_PRECONDITION", f"Change streams track key column {table.name}.{column.name} implicitly; do not list it.")
+                names.append(column.name)
+            resolved[table.name] = tuple(names)
+        return resolved
+
+    def _create_stream(self, statement: ddl.CreateChangeStream, commit_ts: datetime) -> Effect:
+        if any(self._find(names, statement.name) is not None for names in (self.streams, self.tables, self.indexes)):
+            raise QueryError("FAILED_PRECONDITION", f"Duplicate name in schema: {statement.name}.")
+        tables = {} if statement.tracks_nothing else self._resolve_tables(statement.tables)
+        stream = stream_def(statement.name, tables, statement.options, commit_ts)
+        self.streams[stream.name] = stream
+        return ("create_stream", stream)
+
+    def _alter_stream(self, statement: ddl.AlterChangeStream) -> Effect:
+        found = self._find(self.streams, statement.name)
+        if found is None:
+            raise QueryError("NOT_FOUND", f"Change stream not found: {statement.name}")
+        current = self.streams[found]
+        tables = current.tables
+        if statement.set_tables:
+            tables = self._resolve_tables(statement.tables)
+        elif statement.drop_for_all:
+            tables = {}
+        options = dict(current.options)
+        for name, value in statement.options.items():
+            if value is None:
+                options.pop(name, None)
+            else:
+                options[name] = value
+        stream = stream_def(found, tables, options, current.created_at)
+        self.streams[found] = stream
+        return ("alter_stream", stream)
+
+    def ddl(self) -> list[str]:
+        """The current schema as DDL statements, in creation order."""
+        out = [self._table_ddl(table) for table in self.tables.values()]
+        out.extend(self.indexes.values())
+        out.extend(self._stream_ddl(stream) for stream in self.streams.values())
+        return out
+
+    def quote(self, name: str) -> str:
+        if self.postgres:
+            return name if _PG_SIMPLE.match(name) else '"' + name.replace('"', '""') + '"'
+        return name if _SIMPLE.match(name) else f"`{name}`"
+
+    def _table_ddl(self, table: TableDef) -> str:
+        lines = []
+        for column in table.columns:
+            text = f"  {self.quote(column.name)} {column.sql_type}"
+            if column.not_null:
+                text += " NOT NULL"
+            if column.options:
+                text += " OPTIONS (" + ", ".join(f"{k} = {v}" for k, v in column.options.items()) + ")"
+            lines.append(text + ",")
+        key = ", ".join(self.quote(name) + (" DESC" if descending else "") for name, descending in table.key)
+        if self.postgres:
+            lines.append(f"  PRIMARY KEY({key})")
+            return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + "\n)"
+        return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + f"\n) PRIMARY KEY({key})"
+
+    def _stream_ddl(self, stream: StreamDef) -> str:
+        text = f"CREATE CHANGE STREAM {self.quote(stream.name)}"
+        if stream.tables is None:
+            text += " FOR ALL"
+        elif stream.tables:
+            parts = []
+            for table, columns in stream.tables.items():
+                parts.append(self.quote(table) + ("" if columns is None else "(" + ", ".join(self.quote(c) for c in columns) + ")"))
+            text += " FOR " + ", ".join(parts)
+        if stream.options:
+            values = ", ".join(f"{k} = {v if v in ('true', 'false') else repr(v)}" for k, v in stream.options.items())
+            text += f" WITH ({values})" if self.postgres else f" OPTIONS ({values})"
+        return text
+
+
+def stream_def(name: str, tables: Mapping[str, tuple[str, ...] | None] | None, options: dict[str, str], created_at: datetime | None) -> StreamDef:
+    return StreamDef(
+        name=name,
+        tables=copy.deepcopy(tables),
+        value_capture_type=options.get("value_capture_type", "OLD_AND_NEW_VALUES"),
+        retention=ddl.parse_duration(options.get("retention_period", DEFAULT_RETENTION_TEXT)),
+        created_at=created_at,
+        options=dict(options),
+    )
