@@ -32,3 +32,10 @@ bench: install
 
 clean:
 	rm -rf .local
+
+# Headless Chromium + chromedriver from Debian for the UI's browser test (the test skips without them).
+.PHONY: browser-deps
+browser-deps:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else echo "browser-deps: run as root, or: sudo apt-get install chromium chromium-driver"; fi

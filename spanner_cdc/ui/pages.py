@@ -30,8 +30,11 @@ def _e(value: object) -> str:
     return escape("" if value is None else str(value))
 
 
-def _ts(value: datetime | None) -> str:
-    return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f UTC" if value.microsecond else "%Y-%m-%d %H:%M:%S UTC")
+def _ts(value: datetime | None, precise: bool = True) -> str:
+    """Watermarks keep their microseconds (a window ends at E - 1 µs); wall-clock times do not need them."""
+    if value is None:
+        return "—"
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f UTC" if precise and value.microsecond else "%Y-%m-%d %H:%M:%S UTC")
 
 
 def _duration(seconds: float | None) -> str:
@@ -100,7 +103,7 @@ def _partitions_table(view: StreamView) -> str:
     rows = []
     for p in sorted(view.partitions, key=lambda p: (p.start is not None, p.start.timestamp() if p.start else 0.0, p.token)):
         lag = lag_seconds(p, view)
-        lease = f"{p.lease_owner} until {_ts(p.lease_expires_at)}" if p.lease_owner else "—"
+        lease = f"{p.lease_owner} until {_ts(p.lease_expires_at, precise=False)}" if p.lease_owner else "—"
         rows.append(
             f'<tr data-token="{_e(p.token)}"><td class=mono>{_e(p.token)}</td><td>{_state_badge(p.state)}</td>'
             f"<td>{_ts(p.start)}</td><td>{_ts(p.end)}</td><td>{_ts(p.watermark)}</td>"
@@ -165,7 +168,7 @@ def render_stream(
     graph = render_lineage_svg(view, frozenset(s.token for s in stuck_list))
     body = (
         f'<p class=muted><a href="{_e(base)}/">all lineages</a> · namespaces: {others} · '
-        f'<a href="{_e(api)}">JSON</a> · store <code>{_e(store_label)}</code> · shown at {_ts(now)}</p>'
+        f'<a href="{_e(api)}">JSON</a> · store <code>{_e(store_label)}</code> · shown at {_ts(now, precise=False)}</p>'
         f"<h1>{_e(ln.stream)} <span class=muted>namespace {_e(ln.namespace)}"
         f"{' · database ' + _e(ln.database) if ln.database else ''}</span></h1>"
         f"{_cards(view, stuck_list, now)}"

@@ -1,0 +1,113 @@
+"""Headless Chromium logs in to a real Airflow and reads the lineage page; the screenshot is kept under artifacts/."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.airflow_ui import STORE_PASSWORD, AirflowServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1440,1000",
+)
+PAGE = "/spanner-cdc/streams/orders?namespace=live"
+
+
+@pytest.fixture
+def browser(chromium: tuple[str, str]) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver_path = chromium
+    with tempfile.TemporaryDirectory(prefix="spanner-cdc-chromium-") as profile:
+        options = webdriver.ChromeOptions()
+        options.binary_location = binary
+        for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+            options.add_argument(flag)
+        driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+        try:
+            yield driver
+        finally:
+            driver.quit()
+
+
+def _log_in(driver: Any, server: AirflowServer, next_path: str) -> None:
+    from urllib.parse import quote
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"{server.base_url}/auth/login?next={quote(next_path, safe='')}")
+    wait = WebDriverWait(driver, 60)
+    wait.until(ec.element_to_be_clickable((By.NAME, "username"))).send_keys(server.username)
+    driver.find_element(By.NAME, "password").send_keys(server.password)
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "svg.lineage g.node")))
+
+
+def test_page_without_login_shows_no_lineage(airflow_ui_server: AirflowServer, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(airflow_ui_server.base_url + PAGE)
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.lineage") == []
+    link = browser.find_element(By.LINK_TEXT, "Log in to Airflow").get_attribute("href")
+    assert "/auth/login" in link
+
+
+def test_lineage_page_in_a_browser(airflow_ui_server: AirflowServer, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    _log_in(browser, airflow_ui_server, PAGE)
+    assert browser.current_url.endswith(PAGE)
+    nodes = {
+        n.get_attribute("data-token"): (n.get_attribute("data-state"), set((n.get_attribute("class") or "").split()))
+        for n in browser.find_elements(By.CSS_SELECTOR, "svg.lineage g.node")
+    }
+    assert {t: state for t, (state, _) in nodes.items()} == {
+        "A": "FINISHED", "B": "FINISHED", "C": "FINISHED", "D": "RUNNING", "Z": "READY"
+    }
+    assert "split" in nodes["A"][1] and "merge" in nodes["D"][1]
+    edges = {
+        (e.get_attribute("data-parent"), e.get_attribute("data-child")): e.get_attribute("class")
+        for e in browser.find_elements(By.CSS_SELECTOR, "svg.lineage path.edge")
+    }
+    assert edges == {
+        ("A", "B"): "edge edge-split", ("A", "C"): "edge edge-split",
+        ("B", "D"): "edge edge-merge", ("C", "D"): "edge edge-merge",
+    }
+    # Drawn where a person sees them: the merge child right of both parents, the split children right of the root.
+    x = {t: browser.find_element(By.CSS_SELECTOR, f'g.node[data-token="{t}"]').rect["x"] for t in nodes}
+    assert x["A"] < x["B"] == x["C"] < x["D"]
+    complete = browser.find_elements(By.CSS_SELECTOR, '#windows tr[data-complete="true"]')
+    assert len(complete) == 2
+    assert "complete" in complete[0].text and "120" in browser.find_element(By.ID, "windows").text
+    assert "ok=True" in complete[0].text
+    assert browser.find_element(By.CSS_SELECTOR, '[data-card="windows complete"] b').text == "2 / 3"
+    assert "Nothing stuck." in browser.find_element(By.ID, "stuck").text
+    assert STORE_PASSWORD not in browser.page_source
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "ui-lineage.png"
+    shot.write_bytes(_full_page_png(browser))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _full_page_png(driver: Any) -> bytes:
+    """The whole page, not just the viewport (Chrome DevTools' captureBeyondViewport)."""
+    import base64
+
+    width, height = driver.execute_script(
+        "return [document.documentElement.scrollWidth, document.documentElement.scrollHeight]"
+    )
+    clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip})
+    return base64.b64decode(shot["data"])
