@@ -1,0 +1,104 @@
+"""Where things live in the lake: published data, staging, publish journals and window markers."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+STAGING_DIR = "_staging"
+WINDOWS_DIR = "_windows"
+JOURNAL_NAME = "publishing.json"
+_SAFE_TABLE = re.compile(r"^[A-Za-z0-9_\-.$]+$")
+
+
+def compact_time(value: datetime) -> str:
+    """ISO 8601 basic format with microseconds, safe in file names: 20240501T100000000000Z."""
+    return value.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def partition_time(value: datetime) -> str:
+    """A timestamp as a Hive partition value, escaped the way Spark escapes ':' (`%3A`).
+
+    Spark and pyarrow unescape it to an ISO text with an explicit `Z`, which casts to the exact
+    instant in any session time zone (a zone-less value would be read in the session's zone).
+    """
+    text = value.astimezone(UTC).isoformat(timespec="microseconds" if value.microsecond else "seconds")
+    return text.replace("+00:00", "Z").replace(":", "%3A")
+
+
+def token_digest(token: str) -> str:
+    """A short, file-name-safe, stable stand-in for a partition token (tokens are long opaque strings)."""
+    return hashlib.sha256(token.encode()).hexdigest()[:20]
+
+
+def escape_table(table: str) -> str:
+    if _SAFE_TABLE.match(table):
+        return table
+    return "".join(ch if _SAFE_TABLE.match(ch) else f"%{ord(ch):02X}" for ch in table)
+
+
+@dataclass(frozen=True)
+class LakeLayout:
+    """The lake of one lineage: `<output_root>/<stream>/<namespace>/`."""
+
+    output_root: Path
+    stream: str
+    namespace: str
+
+    @property
+    def root(self) -> Path:
+        return Path(self.output_root) / self.stream / self.namespace
+
+    @property
+    def staging_root(self) -> Path:
+        return self.root / STAGING_DIR
+
+    @property
+    def windows_dir(self) -> Path:
+        return self.root / WINDOWS_DIR
+
+    def table_window_dir(self, table: str, window_start: datetime) -> Path:
+        return self.root / f"table={escape_table(table)}" / f"window_start={partition_time(window_start)}"
+
+    def file_stem(self, lineage_id: int, token: str, range_start: datetime, range_end: datetime) -> str:
+        """Deterministic in (lineage, token, range): a retry of the same range writes the same names."""
+        return f"part-L{lineage_id}-{token_digest(token)}-{compact_time(range_start)}-{compact_time(range_end)}"
+
+    def published_path(
+        self,
+        *,
+        lineage_id: int,
+        token: str,
+        range_start: datetime,
+        range_end: datetime,
+        table: str,
+        window_start: datetime,
+        sequence: int,
+    ) -> Path:
+        stem = self.file_stem(lineage_id, token, range_start, range_end)
+        return self.table_window_dir(table, window_start) / f"{stem}-{sequence:03d}.parquet"
+
+    def token_staging(self, token: str) -> Path:
+        return self.staging_root / token_digest(token)
+
+    def journal_path(self, token: str) -> Path:
+        return self.token_staging(token) / JOURNAL_NAME
+
+    def marker_path(self, window_start: datetime, window_end: datetime) -> Path:
+        return self.windows_dir / f"{compact_time(window_start)}--{compact_time(window_end)}.json"
+
+
+def is_published(path: Path, root: Path) -> bool:
+    """The lake contract: a Parquet file counts unless a path component starts with `_` or `.`."""
+    parts = Path(path).relative_to(root).parts
+    return path.suffix == ".parquet" and not any(part.startswith(("_", ".")) for part in parts)
+
+
+def published_files(root: Path) -> list[Path]:
+    """Every published Parquet file under `root`, sorted."""
+    if not Path(root).exists():
+        return []
+    return sorted(p for p in Path(root).rglob("*.parquet") if is_published(p, Path(root)))

@@ -1,0 +1,133 @@
+"""The side channel of a token job: what the executor saw besides data (children, heartbeats, the end), as a tiny file."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.records import ChangeRecord, ChildPartition, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
+
+CONTROL_NAME = "control.json"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _dt(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+@dataclass
+class ControlSummary:
+    """Counts and control records of one token's read over [read_from, read_to] (both inclusive)."""
+
+    token: str
+    read_from: datetime
+    read_to: datetime
+    data_records: int = 0
+    rows: int = 0
+    heartbeats: int = 0
+    last_timestamp: datetime | None = None
+    children: list[ChildPartitionsRecord] = field(default_factory=list)
+    tables: dict[str, int] = field(default_factory=dict)
+    resumes: int = 0
+    error_type: str | None = None
+    error_message: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        """A child partitions record ends the partition: everything after it belongs to the children."""
+        return bool(self.children)
+
+    @property
+    def watermark(self) -> datetime:
+        """Landed up to the children's start when the partition ended in range, else to the range's end."""
+        if self.children:
+            return min(record.start_timestamp for record in self.children)
+        return self.read_to
+
+    def observe(self, record: ChangeRecord, rows: int = 0) -> None:
+        if isinstance(record, DataChangeRecord):
+            self.data_records += 1
+            self.rows += rows
+            self.tables[record.table_name] = self.tables.get(record.table_name, 0) + rows
+        elif isinstance(record, HeartbeatRecord):
+            self.heartbeats += 1
+        elif isinstance(record, ChildPartitionsRecord):
+            self.children.append(record)
+        ts = record.timestamp
+        if self.last_timestamp is None or ts > self.last_timestamp:
+            self.last_timestamp = ts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "read_from": _iso(self.read_from),
+            "read_to": _iso(self.read_to),
+            "data_records": self.data_records,
+            "rows": self.rows,
+            "heartbeats": self.heartbeats,
+            "last_timestamp": _iso(self.last_timestamp),
+            "children": [
+                {
+                    "start_timestamp": _iso(record.start_timestamp),
+                    "record_sequence": record.record_sequence,
+                    "child_partitions": [
+                        {"token": child.token, "parent_partition_tokens": list(child.parent_partition_tokens)}
+                        for child in record.child_partitions
+                    ],
+                }
+                for record in self.children
+            ],
+            "tables": dict(sorted(self.tables.items())),
+            "resumes": self.resumes,
+            "error_type": self.error_type,
+            "error_message": self.error_message,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ControlSummary:
+        children = [
+            ChildPartitionsRecord(
+                start_timestamp=datetime.fromisoformat(record["start_timestamp"]),
+                record_sequence=record["record_sequence"],
+                child_partitions=tuple(
+                    ChildPartition(child["token"], tuple(child["parent_partition_tokens"]))
+                    for child in record["child_partitions"]
+                ),
+            )
+            for record in data.get("children", [])
+        ]
+        return cls(
+            token=data["token"],
+            read_from=datetime.fromisoformat(data["read_from"]),
+            read_to=datetime.fromisoformat(data["read_to"]),
+            data_records=int(data.get("data_records", 0)),
+            rows=int(data.get("rows", 0)),
+            heartbeats=int(data.get("heartbeats", 0)),
+            last_timestamp=_dt(data.get("last_timestamp")),
+            children=children,
+            tables={str(k): int(v) for k, v in data.get("tables", {}).items()},
+            resumes=int(data.get("resumes", 0)),
+            error_type=data.get("error_type"),
+            error_message=data.get("error_message"),
+        )
+
+    def write(self, path: Path) -> None:
+        """Atomically: a retried task attempt replaces the whole file, a reader never sees half of one."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.to_json(), sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, path: Path) -> ControlSummary | None:
+        try:
+            return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            return None

@@ -1,0 +1,183 @@
+"""Start a standalone Spark master + worker and a Spark Connect server from the pyspark wheel, on loopback."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Self
+
+from spanner_cdc.errors import SpannerCdcError
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 120.0
+
+
+def spark_home() -> Path:
+    """The pyspark package directory holds bin/, sbin/ and jars/: a complete Spark distribution."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def spark_env(work_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "SPARK_HOME": str(spark_home()),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": HOST,
+            "SPARK_LOG_DIR": str(work_dir / "logs"),
+            "SPARK_PID_DIR": str(work_dir),
+            "SPARK_WORKER_DIR": str(work_dir / "worker"),
+            # no fixed-port REST submission server next to the master
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        }
+    )
+    env.pop("SPARK_CONF_DIR", None)
+    return env
+
+
+class SparkProcess:
+    """One Spark JVM started by this process, in its own process group, logging to a file."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab")  # noqa: SIM115 - kept open for the process's life
+        self.process = subprocess.Popen(
+            command, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        log.info("spark: started %s (pid %s), log %s", name, self.process.pid, log_path)
+
+    def wait_for(self, text: str, timeout: float = START_TIMEOUT_S) -> None:
+        """Block until `text` appears in the log (the JVM says it is up); fail if the process dies first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log_path.read_text(errors="replace"):
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        tail = self.log_path.read_text(errors="replace")[-3000:]
+        self.stop()
+        raise SpannerCdcError(f"spark: {self.name} did not start (waiting for {text!r}); log tail:\n{tail}")
+
+    def stop(self) -> None:
+        """SIGTERM the process group we created (the launcher scripts exec or fork the JVM), then SIGKILL."""
+        if self.process.poll() is None:
+            for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(self.process.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.process.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self._log.close()
+
+
+class _Launched:
+    def __init__(self, work_dir: Path | None) -> None:
+        self._tmp = None if work_dir is not None else tempfile.TemporaryDirectory(prefix="spanner-cdc-spark-")
+        self.work_dir = Path(work_dir) if work_dir is not None else Path(self._tmp.name)  # type: ignore[union-attr]
+        self.env = spark_env(self.work_dir)
+        self.processes: list[SparkProcess] = []
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class StandaloneCluster(_Launched):
+    """A master and one worker (`cores`, `memory`) on loopback: `master_url` is spark://127.0.0.1:<port>."""
+
+    def __init__(self, *, cores: int = 1, memory: str = "1g", work_dir: Path | None = None) -> None:
+        super().__init__(work_dir)
+        self.port = free_port()
+        self.master_url = f"spark://{HOST}:{self.port}"
+        home = spark_home()
+        try:
+            master = SparkProcess(
+                "standalone master",
+                [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
+                 "--host", HOST, "--port", str(self.port), "--webui-port", str(free_port())],
+                self.env,
+                self.work_dir / "logs" / "master.log",
+            )  # fmt: skip
+            self.processes.append(master)
+            master.wait_for("I have been elected leader")
+            worker = SparkProcess(
+                "standalone worker",
+                [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", self.master_url,
+                 "--host", HOST, "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
+                 "--work-dir", str(self.work_dir / "worker")],
+                self.env,
+                self.work_dir / "logs" / "worker.log",
+            )  # fmt: skip
+            self.processes.append(worker)
+            worker.wait_for("Successfully registered with master")
+        except BaseException:
+            self.stop()
+            raise
+
+
+class ConnectServer(_Launched):
+    """`sbin/start-connect-server.sh --wait` in the foreground on loopback: `url` is sc://127.0.0.1:<port>.
+
+    `master` is where the server runs its jobs: local[N] by default, or a standalone cluster's URL.
+    """
+
+    def __init__(self, *, master: str = "local[2]", work_dir: Path | None = None, conf: dict[str, str] | None = None) -> None:
+        super().__init__(work_dir)
+        self.port = free_port()
+        self.url = f"sc://{HOST}:{self.port}"
+        settings = {
+            "spark.connect.grpc.binding.address": HOST,
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.ui.enabled": "false",
+            "spark.driver.host": HOST,
+            "spark.driver.bindAddress": HOST,
+            "spark.pyspark.python": sys.executable,
+            "spark.python.worker.reuse": "true",
+            "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+            **(conf or {}),
+        }
+        command = [str(spark_home() / "sbin" / "start-connect-server.sh"), "--wait", "--master", master]
+        for key, value in settings.items():
+            command += ["--conf", f"{key}={value}"]
+        try:
+            server = SparkProcess("Spark Connect server", command, self.env, self.work_dir / "logs" / "connect.log")
+            self.processes.append(server)
+            server.wait_for("Spark Connect server started")
+        except BaseException:
+            self.stop()
+            raise

@@ -1,0 +1,137 @@
+"""Spark sessions for the three run modes chosen by the master URL: local[*], spark:// standalone, sc:// Connect."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spanner_cdc.settings import Settings
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "spanner-cdc-extract"
+LOCAL, STANDALONE, CONNECT = "local", "standalone", "connect"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+# SQL settings every token job relies on; runtime settings, so they apply to Connect sessions too.
+RUNTIME_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    # the lake contract: timestamps are microseconds, UTC-adjusted (Spark's default is INT96)
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # write each table's rows as they stream in (one open file per table) instead of sorting the task's
+    # output by table first, which would buffer and spill the whole token before writing anything
+    "spark.sql.optimizer.plannedWrite.enabled": "false",
+    "spark.sql.maxConcurrentOutputFileWriters": "64",
+}
+
+
+def run_mode(master: str) -> str:
+    if master.startswith("sc://"):
+        return CONNECT
+    if master.startswith("spark://"):
+        return STANDALONE
+    return LOCAL
+
+
+def classic_conf(master: str) -> dict[str, str]:
+    """Static settings of an in-process driver (local or against a standalone master)."""
+    conf = {
+        # executors run the data source with this interpreter, which has the package installed
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.python.worker.reuse": "true",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    }
+    host = urlparse(master).hostname if master.startswith("spark://") else "127.0.0.1"
+    if host in LOOPBACK:
+        # a loopback cluster's executors must reach the driver on loopback too
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    if run_mode(master) == STANDALONE:
+        conf["spark.executor.memory"] = "1g"
+    return conf
+
+
+_lock = threading.Lock()
+_sessions: dict[str, SparkSession] = {}
+_registered: set[int] = set()
+
+
+def _alive(session: SparkSession) -> bool:
+    stopped = getattr(session, "is_stopped", None)
+    if stopped is not None:
+        return not stopped
+    try:
+        return session.sparkContext._jsc is not None  # type: ignore[attr-defined]
+    except Exception:
+        return False
+
+
+def spark_session(settings: Settings | str) -> SparkSession:
+    """The process's session for the master in `settings` (created once, then reused by every token job).
+
+    For local and standalone masters an already running classic session of this process is reused
+    (the test suite's single local session); Connect sessions are per server URL.
+    """
+    master = settings if isinstance(settings, str) else settings.spark_master
+    with _lock:
+        session = _sessions.get(master)
+        if session is not None and _alive(session):
+            return session
+        session = _create(master)
+        for key, value in RUNTIME_CONF.items():
+            session.conf.set(key, value)
+        _sessions[master] = session
+        return session
+
+
+def _create(master: str) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    if run_mode(master) == CONNECT:
+        log.info("spark: connecting to Spark Connect server %s", master)
+        return SparkSession.builder.remote(master).appName(APP_NAME).getOrCreate()
+    active = SparkSession.getActiveSession()
+    if active is None and SparkSession._instantiatedSession is not None:  # type: ignore[attr-defined]
+        active = SparkSession._instantiatedSession  # type: ignore[attr-defined]
+    if active is not None and _alive(active):
+        return active
+    log.info("spark: starting a driver for master %s", master)
+    builder: Any = SparkSession.builder.master(master).appName(APP_NAME)
+    for key, value in classic_conf(master).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def ensure_source_registered(session: SparkSession) -> None:
+    """Register the `spanner_change_stream` data source once per session."""
+    from spanner_cdc.spark.datasource import SpannerChangeStreamDataSource
+
+    with _lock:
+        if id(session) in _registered:
+            return
+        session.dataSource.register(SpannerChangeStreamDataSource)
+        _registered.add(id(session))
+
+
+def stop_sessions() -> None:
+    """Stop the sessions this process created (a Connect session only disconnects; the server lives on)."""
+    with _lock:
+        for master, session in list(_sessions.items()):
+            try:
+                session.stop()
+            except Exception as exc:  # stopping is best effort at exit
+                log.debug("spark: stopping the session for %s failed: %s", master, exc)
+        _sessions.clear()
+        _registered.clear()
