@@ -1,0 +1,120 @@
+"""Result encoding: hand-written protobuf bytes decode as the client expects, and chunked values merge back."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from google.cloud.spanner_v1.streamed import StreamedResultSet
+from google.cloud.spanner_v1.types import PartialResultSet, ResultSet
+from google.protobuf import struct_pb2
+
+from spanner_cdc.local_spanner import wire
+from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, RecordEncoder, metadata, pg_metadata
+from spanner_cdc.local_spanner.values import pb_to_python
+
+COMMIT = datetime(2024, 5, 1, 12, 30, 0, 123456, tzinfo=UTC)
+
+
+def data_change_record(mods: list[dict[str, Any]], tag: str = "app=x") -> dict[str, Any]:
+    return {
+        "data_change_record": {
+            "commit_timestamp": COMMIT,
+            "record_sequence": "00000001",
+            "server_transaction_id": "tx1",
+            "is_last_record_in_transaction_in_partition": True,
+            "table_name": "Accounts",
+            "column_types": [
+                {"name": "Id", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},
+                {"name": "Balance", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 2},
+                {"name": "Tags", "type": {"code": "ARRAY", "array_element_type": {"code": "STRING"}}, "is_primary_key": False, "ordinal_position": 3},
+            ],
+            "mods": mods,
+            "mod_type": "UPDATE",
+            "value_capture_type": "OLD_AND_NEW_VALUES",
+            "number_of_records_in_transaction": 2,
+            "number_of_partitions_in_transaction": 1,
+            "transaction_tag": tag,
+            "is_system_transaction": False,
+        }
+    }
+
+
+def client_rows(messages: list[bytes]) -> list[list[Any]]:
+    """Rows exactly as google-cloud-spanner decodes the PartialResultSets (including chunk merging)."""
+    return list(StreamedResultSet(iter([PartialResultSet.deserialize(m) for m in messages])))
+
+
+@pytest.mark.parametrize("value", ["", "ascii", "ünïcødé ✓" * 50, True, False, None, 1.5, -0.0, 3, [], [[], ["a", None, [True]]]])
+def test_value_bytes_parse_as_protobuf_values(value: Any) -> None:
+    parsed = struct_pb2.Value.FromString(wire.encode(value))
+    assert pb_to_python(parsed) == (float(value) if type(value) is int else value)
+
+
+def test_long_strings_and_nested_lists_use_multi_byte_lengths() -> None:
+    value = [["x" * 300, ["y" * 20000]], "z" * 129]
+    assert pb_to_python(struct_pb2.Value.FromString(wire.encode(value))) == value
+
+
+def test_googlesql_data_change_record_decodes_field_by_field() -> None:
+    mods = [{"keys": {"Id": "A1"}, "new_values": {"Balance": "20"}, "old_values": {"Balance": "10"}}]
+    row = RecordEncoder(postgres=False).row(data_change_record(mods))
+    (decoded,) = client_rows([wire.partial_result_set([wire.encode(row)], b"t1", GOOGLESQL_METADATA)])
+    (change_record,) = decoded[0]
+    data, heartbeat, children = change_record
+    assert heartbeat == [] and children == []
+    (fields,) = data
+    assert fields[0] == COMMIT
+    assert fields[1:5] == ["00000001", "tx1", True, "Accounts"]
+    assert fields[5][2] == ["Tags", {"code": "ARRAY", "array_element_type": {"code": "STRING"}}, False, 3]
+    assert fields[6] == [[{"Id": "A1"}, {"Balance": "20"}, {"Balance": "10"}]]
+    assert fields[7:] == ["UPDATE", "OLD_AND_NEW_VALUES", 2, 1, "app=x", False]
+
+
+def test_heartbeat_and_child_partitions_records() -> None:
+    encoder = RecordEncoder(postgres=False)
+    heartbeat = encoder.row({"heartbeat_record": {"timestamp": COMMIT}})
+    children = encoder.row({"child_partitions_record": {"start_timestamp": COMMIT, "record_sequence": "00000002", "child_partitions": [
+        {"token": "c1", "parent_partition_tokens": ["p1", "p2"]}, {"token": "c2", "parent_partition_tokens": []}]}})
+    rows = client_rows([wire.partial_result_set([wire.encode(heartbeat), wire.encode(children)], b"t", GOOGLESQL_METADATA)])
+    assert rows[0][0] == [[[], [[COMMIT]], []]]
+    assert rows[1][0] == [[[], [], [[COMMIT, "00000002", [["c1", ["p1", "p2"]], ["c2", []]]]]]]
+
+
+def test_postgresql_rows_are_one_json_object_with_string_timestamps() -> None:
+    record = data_change_record([{"keys": {"Id": "A1"}, "new_values": {"Tags": ["a", None]}, "old_values": {}}])
+    row = RecordEncoder(postgres=True).row(record)
+    (decoded,) = client_rows([wire.partial_result_set([wire.encode(row)], b"t", pg_metadata("s"))])
+    assert list(decoded[0]) == ["data_change_record"]
+    body = decoded[0]["data_change_record"]
+    assert body["commit_timestamp"] == "2024-05-01T12:30:00.123456Z"
+    assert body["mods"][0]["new_values"] == {"Tags": ["a", None]}
+    assert body["number_of_records_in_transaction"] == 2
+
+
+@pytest.mark.parametrize("postgres", [False, True])
+def test_a_value_bigger_than_a_message_arrives_whole_through_chunks(postgres: bool) -> None:
+    big = "é" * 150_000 + "tail"
+    mods = [{"keys": {"Id": f"K{i}"}, "new_values": {"Balance": str(i), "Tags": [big if i == 3 else "t", "u"]}, "old_values": {}} for i in range(6)]
+    record = data_change_record(mods, tag="x" * 5000)
+    value = RecordEncoder(postgres).row(record)
+    budget = 64 * 1024
+    parts = wire.chunks(value, budget)
+    assert len(parts) >= len(wire.encode(value)) // budget >= 4
+    assert all(len(p) <= budget + 64 for p in parts)
+    meta = pg_metadata("s") if postgres else GOOGLESQL_METADATA
+    messages = [wire.partial_result_set([p], b"r%d" % i, meta if i == 0 else b"", chunked=i < len(parts) - 1) for i, p in enumerate(parts)]
+    whole = client_rows([wire.partial_result_set([wire.encode(value)], b"w", meta)])
+    assert client_rows(messages) == whole
+    if postgres:
+        assert json.loads(json.dumps(whole[0][0]))["data_change_record"]["mods"][3]["new_values"]["Tags"][0] == big
+
+
+def test_result_set_bytes_decode_as_a_result_set() -> None:
+    meta = metadata([("A", {"code": "INT64"}), ("B", {"code": "ARRAY", "array_element_type": {"code": "STRING"}})], transaction_id=b"tx")
+    decoded = ResultSet.deserialize(wire.result_set(meta, [[wire.encode("1"), wire.encode(["x"])], [wire.encode(None), wire.encode([])]]))
+    assert [f.name for f in decoded.metadata.row_type.fields] == ["A", "B"]
+    assert decoded.metadata.transaction.id == b"tx"
+    assert [list(r) for r in decoded.rows] == [["1", ["x"]], [None, []]]
