@@ -159,9 +159,13 @@ def create_app(
             return HTMLResponse(pages.render_message(type(exc).__name__, message, back), status_code=status)
         return JSONResponse({"error": type(exc).__name__, "detail": message}, status_code=status)
 
+    def all_views() -> list[StreamView]:
+        store = holder.get()
+        return [load_stream(store, ln.stream, ln.namespace) for ln in load_lineages(store)]
+
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request) -> str:
-        return pages.render_index(base(request), load_lineages(holder.get()), redactor.label)
+        return pages.render_index(base(request), all_views(), redactor.label, clock())
 
     @app.get("/streams/{stream}", response_class=HTMLResponse)
     def stream_page(request: Request, stream: str, namespace: str = "live") -> str:
@@ -193,8 +197,6 @@ def create_app(
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics_text() -> Response:
-        store = holder.get()
-        views = [load_stream(store, ln.stream, ln.namespace) for ln in load_lineages(store)]
-        return PlainTextResponse(metrics.render_metrics(views, clock()), media_type=metrics.CONTENT_TYPE)
+        return PlainTextResponse(metrics.render_metrics(all_views(), clock()), media_type=metrics.CONTENT_TYPE)
 
     return app

@@ -7,9 +7,9 @@ from datetime import datetime
 from html import escape
 from urllib.parse import quote, urlencode
 
-from spanner_cdc.ui.health import StuckPartition, lag_seconds, state_counts
+from spanner_cdc.ui.health import StuckPartition, lag_seconds, state_counts, stuck
 from spanner_cdc.ui.svg import STATE_COLOURS, legend_svg, render_lineage_svg
-from spanner_cdc.ui.view import LineageView, StreamView, WindowView
+from spanner_cdc.ui.view import StreamView, WindowView
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:16px;color:#1f2933;background:#fff}
@@ -62,20 +62,31 @@ def _state_badge(state: str) -> str:
     return f'<span class="state" style="background:{fill};color:{ink}">{_e(state)}</span>'
 
 
-def render_index(base: str, lineages: Sequence[LineageView], store_label: str) -> str:
-    rows = "".join(
-        f'<tr><td><a href="{_e(stream_href(base, ln.stream, ln.namespace))}">{_e(ln.stream)}</a></td>'
-        f"<td>{_e(ln.namespace)}</td><td>{_e(ln.database)}</td><td>{_ts(ln.created_at)}</td></tr>"
-        for ln in lineages
-    )
+def render_index(base: str, views: Sequence[StreamView], store_label: str, now: datetime) -> str:
+    rows = []
+    for view in views:
+        ln = view.lineage
+        counts = " · ".join(f"{n} {s.lower()}" for s, n in state_counts(view).items() if n) or "none"
+        lag = None if view.low_watermark is None else (now - view.low_watermark).total_seconds()
+        complete = sum(1 for w in view.windows if w.complete)
+        stuck_count = len({s.token for s in stuck(view, now)})
+        rows.append(
+            f'<tr data-stream="{_e(ln.stream)}" data-namespace="{_e(ln.namespace)}">'
+            f'<td><a href="{_e(stream_href(base, ln.stream, ln.namespace))}">{_e(ln.stream)}</a></td>'
+            f"<td>{_e(ln.namespace)}</td><td>{_e(ln.database) or '—'}</td><td>{_e(counts)}</td>"
+            f"<td class=num>{_duration(lag)}</td><td class=num>{complete} / {len(view.windows)}</td>"
+            f'<td class="num {"bad" if stuck_count else "ok"}">{stuck_count}</td></tr>'
+        )
     table = (
-        f"<table><tr><th>stream</th><th>namespace</th><th>database</th><th>created</th></tr>{rows}</table>"
-        if lineages
+        "<table id=lineages><tr><th>stream</th><th>namespace</th><th>database</th><th>partitions</th>"
+        "<th>low watermark lag</th><th>windows complete</th><th>stuck</th></tr>" + "".join(rows) + "</table>"
+        if views
         else "<p>No lineage yet: the first hourly run (or <code>spanner-cdc extract</code>) bootstraps one.</p>"
     )
     body = (
         f"<h1>Spanner CDC lineages</h1><p class=muted>metadata store: <code>{_e(store_label)}</code> · "
-        f'<a href="{_e(base)}/api/lineages">JSON</a> · <a href="{_e(base)}/metrics">metrics</a></p>{table}'
+        f'<a href="{_e(base)}/api/lineages">JSON</a> · <a href="{_e(base)}/metrics">metrics</a> · '
+        f"shown at {_ts(now, precise=False)}</p>{table}"
     )
     return _page("Spanner CDC", body)
 

@@ -111,3 +111,23 @@ def _full_page_png(driver: Any) -> bytes:
     clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
     shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip})
     return base64.b64decode(shot["data"])
+
+
+def test_navigation_entry_embeds_the_lineage_in_airflow(airflow_ui_server: AirflowServer, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _log_in(browser, airflow_ui_server, PAGE)
+    # The external view's url_route: Airflow's own UI shows the plugin page in an iframe under /plugin/.
+    browser.get(airflow_ui_server.base_url + "/plugin/spanner-cdc")
+    wait = WebDriverWait(browser, 90)
+    frame = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='/spanner-cdc/']")))
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.switch_to.frame(frame)
+    link = wait.until(ec.presence_of_element_located((By.LINK_TEXT, "orders")))
+    assert link.get_attribute("href").endswith("/spanner-cdc/streams/orders?namespace=live")
+    link.click()
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, 'svg.lineage g.node[data-token="D"]')))
+    browser.switch_to.default_content()
+    (ARTIFACTS / "ui-in-airflow.png").write_bytes(_full_page_png(browser))

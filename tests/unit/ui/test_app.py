@@ -88,6 +88,13 @@ def test_stream_page_shows_graph_windows_and_no_credentials(client: TestClient) 
     assert "cdc:***@db.internal" in html and "Pa55word" not in html
 
 
+def test_index_summarises_each_lineage(client: TestClient) -> None:
+    html = client.get("/", headers=AUTH).text
+    row = html[html.index('<tr data-stream="orders" data-namespace="live">'):]
+    row = row[: row.index("</tr>")]
+    assert "1 ready · 3 finished" in row and "2 / 3" in row and 'href="/streams/orders?namespace=live"' in row
+
+
 def test_json_document_carries_lag_edges_and_windows(client: TestClient) -> None:
     doc = client.get("/api/streams/orders", headers=AUTH).json()
     assert doc["lineage"]["stream"] == "orders"
