@@ -73,12 +73,21 @@ def source_clock(settings: Settings) -> tuple[dt.datetime, dt.timedelta, dt.date
 
 
 def _database_now(database: Any, dialect: str) -> dt.datetime:
-    # The source's clock, not ours: the local server's clock runs accelerated, and Cloud Spanner's
-    # TrueTime is what retention is measured against.
+    """The source's clock, not ours: retention is measured against it (and the local server's runs accelerated)."""
+    from google.api_core import exceptions as gexc
+
     sql = "SELECT now()" if dialect == "POSTGRESQL" else "SELECT CURRENT_TIMESTAMP()"
-    with database.snapshot() as snapshot:
-        rows = list(snapshot.execute_sql(sql))
-    return parse_datetime("database time", rows[0][0])
+    try:
+        with database.snapshot() as snapshot:
+            rows = list(snapshot.execute_sql(sql))
+        return parse_datetime("database time", rows[0][0])
+    except gexc.InvalidArgument:
+        # Servers without SQL functions (the local server) still answer BeginTransaction with the strong
+        # read timestamp, which is their "now"; the client keeps it on the snapshot.
+        with database.snapshot(multi_use=True) as snapshot:
+            snapshot.begin()
+            stamp = snapshot._transaction_read_timestamp
+        return parse_datetime("database time", stamp)
 
 
 def _resolve(params: Mapping[str, Any], run_id: str) -> tuple[dict[str, Any], Settings]:
