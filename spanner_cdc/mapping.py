@@ -50,6 +50,8 @@ _MOD_TYPES = frozenset(MOD_TYPES)
 _VALUE_CAPTURE_TYPES = frozenset(VALUE_CAPTURE_TYPES)
 # what a malformed row makes the mapping code raise; turned into SourceError with the raw row
 _SHAPE_ERRORS = (IndexError, KeyError, TypeError, ValueError, AttributeError)
+_dict_items = dict.items
+_dict_len = dict.__len__
 
 
 class _Malformed(Exception):
@@ -109,7 +111,8 @@ def _json_object(value: Any, name: str, null_is_empty: bool) -> dict[str, Any]:
             if null_is_empty:
                 return {}
             raise _Malformed(f"{name} is null")
-        return dict(value)
+        # through dict's own items view: JsonObject overrides __iter__, keys() and __getitem__ in Python
+        return dict(_dict_items(value))
     if value is None and null_is_empty:
         return {}
     raise _Malformed(f"{name} is not a JSON object")
@@ -163,21 +166,69 @@ def _data_change(
         raise _Malformed(f"unknown value_capture_type {value_capture_type!r}")
     if not mods:
         raise _Malformed("data change record without mods")
+    str_, int_, bool_ = str, int, bool
+    if not (  # the well-formed case in one test, then the per-field checks that explain a failure
+        type(record_sequence) is str_
+        and type(server_transaction_id) is str_
+        and type(is_last) is bool_
+        and type(table_name) is str_
+        and type(records_in_transaction) is int_
+        and type(partitions_in_transaction) is int_
+        and type(transaction_tag) is str_
+        and type(is_system_transaction) is bool_
+    ):
+        record_sequence = _sequence(record_sequence, "record_sequence")
+        server_transaction_id = _text(server_transaction_id, "server_transaction_id")
+        is_last = _bool(is_last, "is_last_record_in_transaction_in_partition")
+        table_name = _text(table_name, "table_name")
+        records_in_transaction = _int(records_in_transaction, "number_of_records_in_transaction")
+        partitions_in_transaction = _int(partitions_in_transaction, "number_of_partitions_in_transaction")
+        transaction_tag = "" if transaction_tag is None else _text(transaction_tag, "transaction_tag")
+        is_system_transaction = _bool(is_system_transaction, "is_system_transaction")
     return DataChangeRecord(
-        commit_timestamp=commit_timestamp,
-        record_sequence=_sequence(record_sequence, "record_sequence"),
-        server_transaction_id=_text(server_transaction_id, "server_transaction_id"),
-        is_last_record_in_transaction_in_partition=_bool(is_last, "is_last_record_in_transaction_in_partition"),
-        table_name=_text(table_name, "table_name"),
-        column_types=column_types,
-        mods=mods,
-        mod_type=mod_type,
-        value_capture_type=value_capture_type,
-        number_of_records_in_transaction=_int(records_in_transaction, "number_of_records_in_transaction"),
-        number_of_partitions_in_transaction=_int(partitions_in_transaction, "number_of_partitions_in_transaction"),
-        transaction_tag="" if transaction_tag is None else _text(transaction_tag, "transaction_tag"),
-        is_system_transaction=_bool(is_system_transaction, "is_system_transaction"),
+        commit_timestamp, record_sequence, server_transaction_id, is_last, table_name, column_types, mods,
+        mod_type, value_capture_type, records_in_transaction, partitions_in_transaction, transaction_tag,
+        is_system_transaction,
+    )  # fmt: skip
+
+
+def _column_type(name: Any, type_: Any, is_primary_key: Any, ordinal_position: Any) -> ColumnType:
+    return ColumnType(
+        _text(name, "column_types.name"),
+        _json_object(type_, "column_types.type", False),
+        _bool(is_primary_key, "column_types.is_primary_key"),
+        _int(ordinal_position, "column_types.ordinal_position"),
     )
+
+
+def _mod(keys: Any, new_values: Any, old_values: Any) -> Mod:
+    if type(keys) is dict and type(new_values) is dict and type(old_values) is dict:
+        return Mod(keys, new_values, old_values)
+    return Mod(
+        _json_object(keys, "mods.keys", False),
+        _json_object(new_values, "mods.new_values", True),
+        _json_object(old_values, "mods.old_values", True),
+    )
+
+
+class _ColumnTypesCache:
+    """The column types of a table repeat in every record: map them once per result set and table,
+    and reuse the (immutable) result while the raw value is equal. The raw value is kept as the
+    client decoded it; nothing mutates decoded rows."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[Any, tuple[Any, tuple[ColumnType, ...]]] = {}
+
+    def get(self, table: Any, raw: Any, build: Callable[[Any], tuple[ColumnType, ...]]) -> tuple[ColumnType, ...]:
+        entry = self._entries.get(table)
+        if entry is not None and entry[0] == raw:
+            return entry[1]
+        built = build(raw)
+        if len(self._entries) < 1024 and type(table) is str:
+            self._entries[table] = (raw, built)
+        return built
 
 
 def _parent_tokens(value: Any) -> tuple[str, ...]:
@@ -237,29 +288,21 @@ def _googlesql_mapper(fields: Sequence[Any]) -> RowMapper:
         cp = _positions(_struct_fields(cp_type, "child_partitions_record"), CHILD_PARTITIONS_FIELDS, "child_partitions_record", cp_type)
         ch = _positions(_struct_fields(_struct_type(cp_type, "child_partitions"), "child_partitions"), CHILD_PARTITION_FIELDS, "child_partitions", cp_type)
 
+    i_name, i_type, i_pk, i_pos = ct
+    i_keys, i_new, i_old = md
+    (i_commit, i_seq, i_txn, i_last, i_table, i_columns, i_mods, i_mod_type, i_capture, i_records, i_partitions,
+     i_tag, i_system) = dcr  # fmt: skip
+    columns_cache = _ColumnTypesCache()
+
+    def column_types(raw: Any) -> tuple[ColumnType, ...]:
+        return tuple(_column_type(c[i_name], c[i_type], c[i_pk], c[i_pos]) for c in _list(raw, "column_types"))
+
     def data_change(s: list[Any]) -> DataChangeRecord:
-        i_name, i_type, i_pk, i_pos = ct
-        i_keys, i_new, i_old = md
-        column_types = tuple(
-            ColumnType(
-                _text(c[i_name], "column_types.name"),
-                _json_object(c[i_type], "column_types.type", False),
-                _bool(c[i_pk], "column_types.is_primary_key"),
-                _int(c[i_pos], "column_types.ordinal_position"),
-            )
-            for c in _list(s[dcr[5]], "column_types")
-        )
-        mods = tuple(
-            Mod(
-                _json_object(m[i_keys], "mods.keys", False),
-                _json_object(m[i_new], "mods.new_values", True),
-                _json_object(m[i_old], "mods.old_values", True),
-            )
-            for m in _list(s[dcr[6]], "mods")
-        )
+        mods = tuple([_mod(m[i_keys], m[i_new], m[i_old]) for m in _list(s[i_mods], "mods")])
         return _data_change(
-            _timestamp(s[dcr[0]], "commit_timestamp"), s[dcr[1]], s[dcr[2]], s[dcr[3]], s[dcr[4]], column_types, mods,
-            s[dcr[7]], s[dcr[8]], s[dcr[9]], s[dcr[10]], s[dcr[11]], s[dcr[12]],
+            _timestamp(s[i_commit], "commit_timestamp"), s[i_seq], s[i_txn], s[i_last], s[i_table],
+            columns_cache.get(s[i_table], s[i_columns], column_types), mods, s[i_mod_type], s[i_capture],
+            s[i_records], s[i_partitions], s[i_tag], s[i_system],
         )  # fmt: skip
 
     def child_partitions(s: list[Any]) -> ChildPartitionsRecord:
@@ -302,29 +345,22 @@ def _googlesql_mapper(fields: Sequence[Any]) -> RowMapper:
 # ---- PostgreSQL: one JSON object per row with exactly one key ------------------------------
 
 
-def _pg_data_change(d: dict[str, Any]) -> DataChangeRecord:
-    column_types = tuple(
-        ColumnType(
-            _text(c["name"], "column_types.name"),
-            _json_object(c["type"], "column_types.type", False),
-            _bool(c["is_primary_key"], "column_types.is_primary_key"),
-            _int(c["ordinal_position"], "column_types.ordinal_position"),
-        )
-        for c in _list(d["column_types"], "column_types")
+def _pg_column_types(raw: Any) -> tuple[ColumnType, ...]:
+    return tuple(
+        _column_type(c["name"], c["type"], c["is_primary_key"], c["ordinal_position"])
+        for c in _list(raw, "column_types")
     )
-    mods = tuple(
-        Mod(
-            _json_object(m["keys"], "mods.keys", False),
-            _json_object(m.get("new_values"), "mods.new_values", True),
-            _json_object(m.get("old_values"), "mods.old_values", True),
-        )
-        for m in _list(d["mods"], "mods")
-    )
+
+
+def _pg_data_change(d: dict[str, Any], columns_cache: _ColumnTypesCache) -> DataChangeRecord:
+    mods = tuple([_mod(m["keys"], m.get("new_values"), m.get("old_values")) for m in _list(d["mods"], "mods")])
+    table = d["table_name"]
     return _data_change(
         _parse_timestamp(d["commit_timestamp"], "commit_timestamp"), d["record_sequence"], d["server_transaction_id"],
-        d.get("is_last_record_in_transaction_in_partition"), d["table_name"], column_types, mods, d["mod_type"],
+        d.get("is_last_record_in_transaction_in_partition"), table,
+        columns_cache.get(table, d["column_types"], _pg_column_types), mods, d["mod_type"],
         d["value_capture_type"], d["number_of_records_in_transaction"], d["number_of_partitions_in_transaction"],
-        d.get("transaction_tag"), d.get("is_system_transaction"),
+        d.get("transaction_tag", ""), d.get("is_system_transaction"),
     )  # fmt: skip
 
 
@@ -343,41 +379,52 @@ def _pg_child_partitions(d: dict[str, Any]) -> ChildPartitionsRecord:
     )
 
 
-_PG_KINDS: dict[str, Callable[[dict[str, Any]], ChangeRecord]] = {
-    "data_change_record": _pg_data_change,
-    "heartbeat_record": _pg_heartbeat,
-    "child_partitions_record": _pg_child_partitions,
-}
+class _PostgresqlRecords:
+    """Maps the JSON objects of one result set; holds that result set's column types cache."""
+
+    def __init__(self) -> None:
+        self._columns = _ColumnTypesCache()
+
+    def __call__(self, value: Any) -> ChangeRecord:
+        try:
+            if type(value) is JsonObject:
+                if value._is_array or value._is_scalar_value or value._is_null:
+                    raise _Malformed("the row is not a JSON object")
+            elif type(value) is not dict:
+                raise _Malformed("the row is not a JSON object")
+            # dict's own methods: JsonObject overrides len() and items() in Python
+            if _dict_len(value) != 1:
+                raise _Malformed(f"expected exactly one of {', '.join(RECORD_KINDS)}, got keys {sorted(value)}")
+            ((kind, body),) = _dict_items(value)
+            if type(body) is not dict:
+                raise _Malformed(f"{kind} is not a JSON object" if kind in RECORD_KINDS else f"unknown record kind {kind!r}")
+            if kind == "data_change_record":
+                return _pg_data_change(body, self._columns)
+            if kind == "heartbeat_record":
+                return _pg_heartbeat(body)
+            if kind == "child_partitions_record":
+                return _pg_child_partitions(body)
+            raise _Malformed(f"unknown record kind {kind!r}")
+        except _Malformed as exc:
+            raise SourceError(f"malformed change record: {exc}", raw=value) from None
+        except _SHAPE_ERRORS as exc:
+            raise SourceError(f"malformed change record ({type(exc).__name__}: {exc})", raw=value) from None
 
 
 def map_postgresql_value(value: Any) -> ChangeRecord:
     """One decoded JSON column value (an object with exactly one record kind) -> one record."""
-    try:
-        if not isinstance(value, dict) or (isinstance(value, JsonObject) and (value._is_array or value._is_scalar_value or value._is_null)):
-            raise _Malformed("the row is not a JSON object")
-        if len(value) != 1:
-            raise _Malformed(f"expected exactly one of {', '.join(RECORD_KINDS)}, got keys {sorted(value)}")
-        ((kind, body),) = value.items()
-        build = _PG_KINDS.get(kind)
-        if build is None:
-            raise _Malformed(f"unknown record kind {kind!r}")
-        if type(body) is not dict:
-            raise _Malformed(f"{kind} is not a JSON object")
-        return build(body)
-    except _Malformed as exc:
-        raise SourceError(f"malformed change record: {exc}", raw=value) from None
-    except _SHAPE_ERRORS as exc:
-        raise SourceError(f"malformed change record ({type(exc).__name__}: {exc})", raw=value) from None
+    return _PostgresqlRecords()(value)
 
 
 def _postgresql_mapper(fields: Sequence[Any]) -> RowMapper:
     if len(fields) != 1 or fields[0].type_.code != TypeCode.JSON:
         raise SourceError("unexpected result metadata: expected one JSON column", raw=str(list(fields)))
+    records = _PostgresqlRecords()
 
     def map_row(row: Sequence[Any]) -> list[ChangeRecord]:
         if len(row) != 1:
             raise SourceError("malformed change record: expected one column", raw=row)
-        return [map_postgresql_value(row[0])]
+        return [records(row[0])]
 
     return map_row
 
