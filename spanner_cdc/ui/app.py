@@ -143,7 +143,8 @@ def create_app(
         if exc.status_code in (401, 403) and _wants_html(request):
             link = None
             if login_url is not None and exc.status_code == 401:
-                link = (login_url(str(request.url.path)), "Log in to Airflow")
+                here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                link = (login_url(here), "Log in to Airflow")
             title = "Log in required" if exc.status_code == 401 else "Not allowed"
             html = pages.render_message(title, str(exc.detail), link)
             return HTMLResponse(html, status_code=exc.status_code, headers=exc.headers)

@@ -38,6 +38,9 @@ def test_anonymous_requests_are_refused(airflow_ui_server: AirflowServer) -> Non
         status, body, _ = get(airflow_ui_server, path)
         assert status == 401, (path, status)
         assert "data-token" not in body and '"partitions"' not in body
+    # A browser is sent to Airflow's login, which brings it back to the page it asked for.
+    status, body, _ = get(airflow_ui_server, "/spanner-cdc/streams/orders?namespace=live")
+    assert status == 401 and "/auth/login?next=%2Fspanner-cdc%2Fstreams%2Forders%3Fnamespace%3Dlive" in body
 
 
 def test_forged_or_garbage_tokens_are_refused(airflow_ui_server: AirflowServer) -> None:

@@ -70,9 +70,9 @@ def test_every_route_refuses_a_user_without_permission(client: TestClient) -> No
 
 
 def test_an_anonymous_browser_gets_a_login_link(client: TestClient) -> None:
-    response = client.get("/streams/orders")
+    response = client.get("/streams/orders?namespace=live")
     assert response.status_code == 401
-    assert 'href="/auth/login?next=/streams/orders"' in response.text
+    assert 'href="/auth/login?next=/streams/orders?namespace=live"' in response.text
 
 
 def test_stream_page_shows_graph_windows_and_no_credentials(client: TestClient) -> None:
