@@ -160,7 +160,7 @@ def run(spec: Mapping[str, Any], run_id: str) -> dict[str, Any]:
         if not summary.complete:
             raise ExtractError(
                 f"stream {settings.stream} backfill window [{window_start}, {window_end}) is not complete: "
-                f"{summary.pending} tokens pending; the retry continues from the checkpoints"
+                f"{len(summary.pending)} tokens pending; the retry continues from the checkpoints"
             )
         totals["windows"] += 1
         totals["records"] += int(data.get("records", 0))

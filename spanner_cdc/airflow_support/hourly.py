@@ -112,7 +112,8 @@ def close(stream: str, window_start: dt.datetime, window_end: dt.datetime) -> di
     if not summary.complete:
         raise AirflowSkipException(
             f"stream {settings.stream} window [{window_start}, {window_end}) is not complete yet: "
-            f"{summary.pending} tokens pending; the next run continues it"
+            f"{len(summary.pending)} tokens pending ({', '.join(waves.short_token(t) for t in summary.pending[:5])}); "
+            "the next run continues it"
         )
     return data
 
@@ -127,4 +128,8 @@ ASSET_EXTRA_KEYS = ("stream", "namespace", "window_start", "window_end", "tokens
 
 def asset_extra(summary: dict[str, Any]) -> dict[str, Any]:
     """What a downstream DAG triggered by the landed-window asset needs: the bounds, counts and the marker."""
-    return {key: summary[key] for key in ASSET_EXTRA_KEYS if key in summary}
+    extra = {key: summary[key] for key in ASSET_EXTRA_KEYS if key in summary}
+    check = summary.get("transaction_check") or {}
+    if "transactions" in check:
+        extra["transactions"] = check["transactions"]
+    return extra
