@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from spanner_cdc import embedded_pg
 from spanner_cdc.airflow_support import SPANNER_POOL
@@ -103,19 +104,32 @@ def _airflow_db_url(settings: Settings, env: Mapping[str, str]) -> str:
 
 
 def prepare(settings: Settings, *, pool_slots: int | None = None, api_port: int = 8080) -> AirflowEnv:
-    """Make Airflow usable on the embedded stack: DB migrated (once), the Spanner query pool in place."""
+    """Make Airflow usable on the embedded stack: DB migrated (once), the Spanner query pool in place.
+
+    The environment also carries absolute SPANNER_CDC_* defaults (home, lake, lineage store), so the
+    task processes find the same embedded services whatever their working directory.
+    """
     home = settings.home.absolute() / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     url = _airflow_db_url(settings, os.environ)
-    env = AirflowEnv(home, airflow_environment(home, url, api_port=api_port))
+    variables = airflow_environment(home, url, api_port=api_port)
+    variables.update(
+        {
+            "SPANNER_CDC_HOME": str(settings.home.absolute()),
+            "SPANNER_CDC_OUTPUT_ROOT": str(settings.output_root.absolute()),
+            "SPANNER_CDC_METADATA_URL": embedded_pg.metadata_url(settings.home.absolute(), settings.metadata_url),
+        }
+    )
+    env = AirflowEnv(home, variables)
     stamp = home / MIGRATED_STAMP
     version = _airflow_version()
     if not stamp.exists() or stamp.read_text() != f"{version} {url}":
         log.info("migrating Airflow's metadata database (first run takes a minute)")
         env.airflow(["db", "migrate"])
+        # Only with the migration: later changes of the pool's slots in the UI are the operator's to keep.
+        slots = pool_slots or settings.concurrency
+        env.airflow(["pools", "set", SPANNER_POOL, str(slots), "Bounds concurrent Spanner change stream queries"])
         stamp.write_text(f"{version} {url}")
-    slots = pool_slots or settings.concurrency
-    env.airflow(["pools", "set", SPANNER_POOL, str(slots), "Bounds concurrent Spanner change stream queries"])
     return env
 
 
@@ -123,3 +137,82 @@ def _airflow_version() -> str:
     from importlib.metadata import version
 
     return version("apache-airflow-core")
+
+
+SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Path, timeout: float = 300) -> None:
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SpannerCdcError(f"the Airflow api-server exited with {process.returncode}; see {log_path}")
+        try:
+            with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    raise SpannerCdcError(f"the Airflow api-server did not answer on {url} within {timeout:.0f} s; see {log_path}")
+
+
+def _stop(processes: dict[str, subprocess.Popen[bytes]], grace_s: float = 30) -> None:
+    """SIGTERM each service's process group (its workers and task processes too), then SIGKILL stragglers."""
+    import signal
+
+    for process in processes.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for name, process in processes.items():
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            log.warning("airflow %s did not stop within %.0f s: killing it", name, grace_s)
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def serve(
+    env: AirflowEnv,
+    *,
+    extra_env: Mapping[str, str] | None = None,
+    stop: Any = None,
+    on_ready: Any = None,
+) -> int:
+    """Run the Airflow services until `stop` (a threading.Event) is set, Ctrl-C, or one of them dies."""
+    import threading
+
+    stop = stop or threading.Event()
+    logs = env.home / "logs" / "services"
+    logs.mkdir(parents=True, exist_ok=True)
+    executable = str(Path(sys.executable).with_name("airflow"))
+    port = env.env["AIRFLOW__API__PORT"]
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name in SERVICES:
+            args = [executable, name] + (["--port", port, "--host", "127.0.0.1"] if name == "api-server" else [])
+            with (logs / f"{name}.log").open("ab") as log_file:
+                # Own session per service: Ctrl-C reaches only us, and we stop each service with its children.
+                processes[name] = subprocess.Popen(
+                    args, env=env.full_env(extra_env), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+                )
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, processes["api-server"], logs / "api-server.log")
+        if on_ready is not None:
+            on_ready(url, logs)
+        while not stop.is_set():
+            for name, process in processes.items():
+                if process.poll() is not None:
+                    log.error("airflow %s exited with %s; see %s", name, process.returncode, logs / f"{name}.log")
+                    return 1
+            stop.wait(1.0)
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        _stop(processes)
