@@ -17,7 +17,7 @@ install: $(STAMP)
 demo: install
 	$(BIN)/spanner-cdc demo
 
-test: install
+test: install browser-deps
 	$(BIN)/pytest
 
 test-unit: install
