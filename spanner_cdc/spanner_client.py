@@ -109,6 +109,15 @@ def parse_retention(value: str) -> timedelta:
     return timedelta(**{_UNITS[match.group(2).lower()]: int(match.group(1))})
 
 
+def format_retention(retention: timedelta) -> str:
+    """A retention as Spanner writes it: 7d, 36h, 90m or 3600s."""
+    seconds = int(retention.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def _query(database: Database, sql: str, name: str, dialect: str) -> list[list[Any]]:
     from google.cloud.spanner_v1 import param_types
 
@@ -133,7 +142,10 @@ def stream_metadata(database: Database, stream: str, dialect: str) -> StreamMeta
     except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
         raise source_error(exc, f"reading the metadata of change stream {stream}", database) from None
     if not found:
-        raise NotFound(f"change stream {stream} does not exist in database {database.name}")
+        hint = ""
+        if dialect == POSTGRESQL and stream != stream.lower() and _exists(database, stream.lower(), dialect):
+            hint = f" (PostgreSQL folds unquoted names to lower case: did you mean {stream.lower()}?)"
+        raise NotFound(f"change stream {stream} does not exist in database {database.name}{hint}")
     retention = options.get("retention_period")
     return StreamMetadata(
         name=stream,
@@ -141,6 +153,13 @@ def stream_metadata(database: Database, stream: str, dialect: str) -> StreamMeta
         value_capture_type=str(options.get("value_capture_type") or DEFAULT_VALUE_CAPTURE_TYPE).upper(),
         created_at=stream_created_at(database, stream),
     )
+
+
+def _exists(database: Database, stream: str, dialect: str) -> bool:
+    try:
+        return bool(_query(database, POSTGRESQL_STREAM if dialect == POSTGRESQL else GOOGLESQL_STREAM, stream, dialect))
+    except (gexc.GoogleAPICallError, gexc.RetryError):
+        return False
 
 
 def _created_statement(stream: str) -> re.Pattern[str]:

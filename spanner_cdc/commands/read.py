@@ -97,7 +97,7 @@ def write_records(records: Iterable[tuple[str | None, ChangeRecord]], fmt: str, 
 def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.reader import PartitionReader
     from spanner_cdc.settings import load_settings
-    from spanner_cdc.spanner_client import detect_dialect, open_database, stream_metadata
+    from spanner_cdc.spanner_client import detect_dialect, format_retention, open_database, stream_metadata
     from spanner_cdc.workflow import AllPartitions
 
     settings = load_settings(vars(args))
@@ -123,7 +123,9 @@ def handle(args: argparse.Namespace) -> int:
         write_records(records, args.format, sys.stdout)
     except RetentionError as exc:
         created = f", created {rfc3339(metadata.created_at)}" if metadata.created_at else ""
-        raise RetentionError(f"{exc} [stream {metadata.name}: retention_period {metadata.retention}{created}]") from None
+        raise RetentionError(
+            f"{exc} [stream {metadata.name}: retention_period {format_retention(metadata.retention)}{created}]"
+        ) from None
     except BrokenPipeError:  # `| head`: the reader of our output is gone, which is not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
