@@ -120,6 +120,7 @@ def prepare(settings: Settings, *, pool_slots: int | None = None, api_port: int 
             "SPANNER_CDC_METADATA_URL": embedded_pg.metadata_url(settings.home.absolute(), settings.metadata_url),
         }
     )
+    upgrade_store(variables["SPANNER_CDC_METADATA_URL"])
     env = AirflowEnv(home, variables)
     stamp = home / MIGRATED_STAMP
     version = _airflow_version()
@@ -131,6 +132,16 @@ def prepare(settings: Settings, *, pool_slots: int | None = None, api_port: int 
         env.airflow(["pools", "set", SPANNER_POOL, str(slots), "Bounds concurrent Spanner change stream queries"])
         stamp.write_text(f"{version} {url}")
     return env
+
+
+def upgrade_store(url: str) -> None:
+    """The lineage store's schema, created or migrated (a no-op when current), as `spanner-cdc db upgrade` does."""
+    from spanner_cdc.store import MetadataStore
+
+    with MetadataStore.connect(url) as store:
+        applied = store.upgrade()
+    if applied:
+        log.info("metadata store: applied %s", ", ".join(applied))
 
 
 def _airflow_version() -> str:
