@@ -1,0 +1,280 @@
+"""Extract one claimed token over one window: run its Spark job, publish its files, commit in one store transaction."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from spanner_cdc.errors import ExtractError, SpannerCdcError
+from spanner_cdc.lake.layout import JOURNAL_NAME, LakeLayout, compact_time
+from spanner_cdc.lake.publish import clear_journal, clear_staging, publish, read_journal, remove_orphans
+from spanner_cdc.spark.token_job import TokenJobSpec, run_token_job
+from spanner_cdc.store.models import Claim, LeaseLost
+from spanner_cdc.store.rules import inclusive_end
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spanner_cdc.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+LEASE_ENV = "SPANNER_CDC_LEASE_S"
+DEFAULT_LEASE_S = 300.0
+
+
+def lease_duration() -> timedelta:
+    """How long a claim holds a token without renewal (renewed every third of it while the job runs).
+
+    A dead worker's tokens become claimable after this long; `SPANNER_CDC_LEASE_S` shortens it for tests.
+    """
+    raw = os.environ.get(LEASE_ENV)
+    try:
+        seconds = float(raw) if raw else DEFAULT_LEASE_S
+    except ValueError:
+        from spanner_cdc.errors import ConfigError
+
+        raise ConfigError(LEASE_ENV, raw, "a number of seconds >= 1") from None
+    return timedelta(seconds=max(1.0, seconds))
+
+
+@dataclass(frozen=True)
+class TokenResult:
+    """What one token's extract landed; `records` counts lake rows (one per mod)."""
+
+    token: str
+    records: int
+    files: int
+    finished: bool
+    watermark: datetime
+    promoted_children: list[str] = field(default_factory=list)
+    data_change_records: int = 0
+    read_from: datetime | None = None
+    read_to: datetime | None = None
+    elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ExtractJob:
+    """What every token of one extract call shares."""
+
+    store: MetadataStore
+    spark: SparkSession
+    layout: LakeLayout
+    lineage_id: int
+    stream: str
+    window_start: datetime
+    window_end: datetime
+    read_method: str
+    connection: dict[str, Any]  # project, instance, database, emulator_host, dialect, heartbeat_ms
+
+
+class LeaseKeeper:
+    """Renews the leases of running claims from one background thread until they are released."""
+
+    def __init__(self, store: MetadataStore, lease: timedelta) -> None:
+        self.store = store
+        self.lease = lease
+        self._claims: dict[str, Claim] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def hold(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims[claim.token] = claim
+
+    def release(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims.pop(claim.token, None)
+
+    def _run(self) -> None:
+        interval = self.lease.total_seconds() / 3
+        while not self._stop.wait(interval):
+            with self._lock:
+                claims = list(self._claims.values())
+            for claim in claims:
+                try:
+                    self.store.renew(claim, self.lease)
+                except LeaseLost as exc:
+                    log.warning("%s: lease lost while extracting: %s", claim.token[:16], exc)
+                    self.release(claim)
+                except Exception as exc:  # a store hiccup: try again next round, the lease has slack
+                    log.warning("%s: renewing the lease failed: %s", claim.token[:16], exc)
+
+
+def _clear_old_attempts(job: ExtractJob, token: str) -> None:
+    """Staging left by earlier (crashed) attempts of this token; the journal stays for remove_orphans."""
+    staging = job.layout.token_staging(token)
+    if not staging.exists():
+        return
+    for entry in staging.iterdir():
+        if entry.name != JOURNAL_NAME and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _remove_orphans(job: ExtractJob, token: str) -> None:
+    """Files a crashed attempt published but never committed: delete them (committed ones stay)."""
+    journal = read_journal(job.layout, token)
+    if journal is None:
+        return
+    committed = {
+        f.path
+        for f in job.store.manifest(
+            job.lineage_id,
+            window_start=datetime.fromisoformat(journal["window_start"]),
+            window_end=datetime.fromisoformat(journal["window_end"]),
+        )
+    }
+    remove_orphans(job.layout, token, committed)
+
+
+def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
+    """Read the claimed token over [read_from, E - 1 µs], land it, and commit it (or record the failure)."""
+    started = time.monotonic()
+    token = claim.token
+    read_from, read_to = claim.read_from, inclusive_end(job.window_end)
+    if read_from > read_to:  # nothing left in this window (claim filters these out; kept for safety)
+        promoted = job.store.complete(claim, watermark=read_to, finished=False)
+        return TokenResult(token, 0, 0, False, read_to, promoted, 0, read_from, read_to)
+    try:
+        _remove_orphans(job, token)
+        _clear_old_attempts(job, token)
+        attempt_dir = job.layout.token_staging(token) / (
+            f"{compact_time(read_from)}-{compact_time(read_to)}-a{claim.attempt}-{uuid.uuid4().hex[:8]}"
+        )
+        spec = TokenJobSpec(
+            stream=job.stream,
+            token=token,
+            read_from=read_from,
+            read_to=read_to,
+            window_start=job.window_start,
+            window_end=job.window_end,
+            read_method=job.read_method,
+            attempt_dir=str(attempt_dir),
+            **job.connection,
+        )
+        log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, token[:16], read_from.isoformat(), read_to.isoformat(), claim.attempt)
+        summary = run_token_job(job.spark, spec)
+        files = publish(
+            spec.data_dir,
+            job.layout,
+            lineage_id=job.lineage_id,
+            token=token,
+            range_start=read_from,
+            range_end=read_to,
+            window_start=job.window_start,
+            window_end=job.window_end,
+        )
+        landed = sum(f.rows for f in files)
+        if landed != summary.rows:
+            raise ExtractError(
+                f"{job.stream} {token[:16]}: the job read {summary.rows} rows but {landed} were staged; not committing"
+            )
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        _fail(job, claim, exc)
+        raise
+    promoted = job.store.complete(
+        claim,
+        watermark=summary.watermark,
+        finished=summary.finished,
+        children=summary.children,
+        files=files,
+        records=summary.rows,
+        window_start=job.window_start,
+        window_end=job.window_end,
+    )
+    clear_journal(job.layout, token)
+    clear_staging(attempt_dir)
+    elapsed = time.monotonic() - started
+    log.info(
+        "%s %s: landed %d rows in %d files in %.1fs; watermark %s%s",
+        job.stream, token[:16], summary.rows, len(files), elapsed, summary.watermark.isoformat(),
+        f", finished, children ready: {len(promoted)}" if summary.finished else "",
+    )  # fmt: skip
+    return TokenResult(
+        token=token,
+        records=summary.rows,
+        files=len(files),
+        finished=summary.finished,
+        watermark=summary.watermark,
+        promoted_children=list(promoted),
+        data_change_records=summary.data_records,
+        read_from=read_from,
+        read_to=read_to,
+        elapsed_s=elapsed,
+    )
+
+
+def _fail(job: ExtractJob, claim: Claim, exc: BaseException) -> None:
+    log.error("%s %s: extract failed: %s", job.stream, claim.token[:16], exc)
+    try:
+        job.store.fail(claim, f"{type(exc).__name__}: {exc}")
+    except SpannerCdcError as store_exc:  # LeaseLost or store down: the lease expiry releases it anyway
+        log.warning("%s %s: could not record the failure: %s", job.stream, claim.token[:16], store_exc)
+
+
+def extract_claims(
+    job: ExtractJob,
+    claims: Sequence[Claim],
+    *,
+    concurrency: int,
+    lease: timedelta,
+    on_start: Callable[[Claim], None] | None = None,
+    on_done: Callable[[Claim, TokenResult | None], None] | None = None,
+) -> list[TokenResult]:
+    """Run the claims' jobs `concurrency` at a time; every token is committed or failed on its own.
+
+    Raises after all have run if any failed: the project's error of the first failure (e.g. a
+    RetentionError) or an ExtractError naming how many failed.
+    """
+    results: list[TokenResult] = []
+    errors: list[tuple[Claim, BaseException]] = []
+
+    def run(claim: Claim) -> None:
+        if on_start:
+            on_start(claim)
+        keeper.hold(claim)
+        result: TokenResult | None = None
+        try:
+            result = extract_claim(job, claim)
+            results.append(result)
+        except BaseException as exc:
+            errors.append((claim, exc))
+        finally:
+            keeper.release(claim)
+            if on_done:
+                on_done(claim, result)
+
+    with LeaseKeeper(job.store, lease) as keeper, ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        for future in [pool.submit(run, claim) for claim in claims]:
+            future.result()
+    if errors:
+        claim, first = errors[0]
+        if len(errors) == 1 and isinstance(first, SpannerCdcError):
+            raise first
+        raise ExtractError(
+            f"{job.stream}: {len(errors)} of {len(claims)} tokens failed (committed: {len(results)}); "
+            f"first: {claim.token[:16]}: {first}; the failed tokens are READY again for a retry"
+        ) from first
+    order = {claim.token: i for i, claim in enumerate(claims)}
+    return sorted(results, key=lambda r: order[r.token])

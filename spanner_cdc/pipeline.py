@@ -1,0 +1,414 @@
+"""The extract pipeline of one window: plan (retention guard, bootstrap), waves of token jobs, close (check + marker)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from spanner_cdc.errors import ConfigError, ExtractError, RetentionError, UsageError
+from spanner_cdc.extract import ExtractJob, TokenResult, extract_claims, lease_duration
+from spanner_cdc.lake.layout import LakeLayout
+from spanner_cdc.lake.rows import READ_METHODS
+from spanner_cdc.lake.window import transaction_check, write_marker
+from spanner_cdc.store.rules import inclusive_end
+
+if TYPE_CHECKING:
+    from spanner_cdc.settings import Settings
+    from spanner_cdc.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "TokenResult",
+    "TokenTask",
+    "WindowPlan",
+    "WindowSummary",
+    "Progress",
+    "close_window",
+    "extract_tokens",
+    "plan_window",
+    "ready_tasks",
+    "run_window",
+]
+
+LIVE_READ_METHOD, BACKFILL_READ_METHOD = READ_METHODS
+
+
+@dataclass(frozen=True)
+class TokenTask:
+    """A READY token and the range this window reads of it: [read_from, read_to] (inclusive)."""
+
+    token: str
+    read_from: datetime
+    read_to: datetime
+
+    @property
+    def label(self) -> str:
+        short = self.token if len(self.token) <= 10 else "…" + self.token[-10:]
+        return f"{short} {self.read_from:%H:%M:%S}–{self.read_to:%H:%M:%S}"
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    stream: str
+    namespace: str
+    lineage_id: int
+    window_start: datetime
+    window_end: datetime
+    ready: list[TokenTask]
+    effective_start: datetime
+
+
+@dataclass
+class WindowSummary:
+    """The outcome of a window; `records` counts lake rows (one per mod), `tokens` the partitions alive in it."""
+
+    stream: str
+    namespace: str
+    window_start: datetime
+    window_end: datetime
+    complete: bool
+    tokens: int
+    records: int
+    files: int
+    transaction_check: dict[str, Any]
+    pending: list[str]
+    marker_path: str | None
+    elapsed_s: float
+    waves: int = 0
+    extracted_tokens: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["window_start"] = self.window_start.isoformat()
+        data["window_end"] = self.window_end.isoformat()
+        data["elapsed_s"] = round(self.elapsed_s, 3)
+        return data
+
+
+@dataclass
+class Progress:
+    """Counts for a progress display: tokens done / running / waiting, rows landed, current wave."""
+
+    wave: int = 0
+    done: int = 0
+    running: int = 0
+    waiting: int = 0
+    records: int = 0
+    failed: int = 0
+    tokens: list[str] = field(default_factory=list)
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def _utc(value: datetime, name: str) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise UsageError(f"{name} {value.isoformat()} has no time zone: give it with Z or an offset")
+    return value.astimezone(UTC)
+
+
+def _window(window_start: datetime, window_end: datetime) -> tuple[datetime, datetime]:
+    start, end = _utc(window_start, "--window-start"), _utc(window_end, "--window-end")
+    if end <= start:
+        raise UsageError(f"--window-end {end.isoformat()} must be after --window-start {start.isoformat()}")
+    return start, end
+
+
+def _stream(settings: Settings) -> str:
+    if not settings.stream:
+        raise UsageError("no change stream given: pass --stream or set SPANNER_CDC_STREAM")
+    return settings.stream
+
+
+def _read_method(read_method: str) -> str:
+    if read_method not in READ_METHODS:
+        raise ConfigError("read_method", read_method, "one of " + ", ".join(READ_METHODS))
+    return read_method
+
+
+def layout_of(settings: Settings) -> LakeLayout:
+    return LakeLayout(settings.output_root, _stream(settings), settings.namespace)
+
+
+@contextmanager
+def _store(settings: Settings) -> Iterator[MetadataStore]:
+    from spanner_cdc.store import open_store
+
+    store = open_store(settings)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _tasks(store: MetadataStore, lineage_id: int, window_end: datetime) -> list[TokenTask]:
+    last = inclusive_end(window_end)
+    return [TokenTask(row.token, row.read_from, last) for row in store.ready_tokens(lineage_id, window_end)]
+
+
+def plan_window(
+    settings: Settings, window_start: datetime, window_end: datetime, *, read_method: str = LIVE_READ_METHOD
+) -> WindowPlan:
+    """Check retention, bootstrap the lineage if new, release dead workers' leases, list the ready tokens."""
+    from spanner_cdc.reader import PartitionReader
+    from spanner_cdc.spanner_client import detect_dialect, open_database, stream_metadata
+
+    start, end = _window(window_start, window_end)
+    stream, _ = _stream(settings), _read_method(read_method)
+    database = open_database(settings)
+    dialect = detect_dialect(database, settings.dialect)
+    meta = stream_metadata(database, stream, dialect)
+    effective = start
+    if meta.created_at is not None and meta.created_at > start:
+        if meta.created_at >= end:
+            raise UsageError(
+                f"window [{start.isoformat()}, {end.isoformat()}) ends before change stream {stream} was created "
+                f"({meta.created_at.isoformat()}): nothing to extract; choose a window after its creation"
+            )
+        effective = meta.created_at
+    with _store(settings) as store:
+        lineage = store.ensure_lineage(stream, settings.namespace, database=database.name)
+        status = store.window_status(lineage.id, start, end)
+        if not status.complete:
+            _retention_guard(stream, start, meta.retention, settings.namespace)
+        partitions = store.partitions(lineage.id)
+        if not partitions:
+            roots = [
+                record
+                for record in PartitionReader(database, stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms).read(
+                    None, effective, effective
+                )
+                if record.kind == "child_partitions"
+            ]
+            children = [child for record in roots for child in record.child_partitions]  # type: ignore[union-attr]
+            root_start = min((r.timestamp for r in roots), default=effective)
+            created = store.bootstrap(lineage.id, root_start, children)
+            log.info("%s: lineage %s bootstrapped with %d root partitions at %s", stream, lineage.name, created, root_start.isoformat())
+        elif min(p.start for p in partitions) > inclusive_end(end):
+            first = min(p.start for p in partitions)
+            raise UsageError(
+                f"window [{start.isoformat()}, {end.isoformat()}) ends before lineage {lineage.name} begins "
+                f"({first.isoformat()}): extract it into a new namespace (--namespace, e.g. a backfill)"
+            )
+        store.expire_leases(lineage.id)
+        store.open_window(lineage.id, start, end)
+        ready = _tasks(store, lineage.id, end)
+    return WindowPlan(stream, settings.namespace, lineage.id, start, end, ready, effective)
+
+
+def _retention_guard(stream: str, start: datetime, retention: Any, namespace: str) -> None:
+    oldest = datetime.now(UTC) - retention
+    if start < oldest:
+        raise RetentionError(
+            f"window start {start.isoformat()} has left change stream {stream}'s retention period ({retention}; "
+            f"the oldest readable change is at about {oldest.isoformat()}): those changes are gone from Spanner. "
+            f"Extract a window that starts after {oldest.isoformat()} (for a lineage that fell behind, into a new "
+            f"--namespace than {namespace!r}), or lengthen the stream's retention_period for the future"
+        )
+
+
+def ready_tasks(settings: Settings, window_start: datetime, window_end: datetime) -> list[TokenTask]:
+    """The next wave: tokens READY now (children promoted by the last wave, tokens of dead workers)."""
+    start, end = _window(window_start, window_end)
+    with _store(settings) as store:
+        lineage = store.get_lineage(_stream(settings), settings.namespace)
+        store.expire_leases(lineage.id)
+        return _tasks(store, lineage.id, end)
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def extract_tokens(
+    settings: Settings,
+    window_start: datetime,
+    window_end: datetime,
+    tokens: Sequence[str],
+    *,
+    read_method: str = LIVE_READ_METHOD,
+    owner: str | None = None,
+    progress: ProgressCallback | None = None,
+) -> list[TokenResult]:
+    """Claim exactly these tokens, run their Spark jobs (at most settings.concurrency at once), publish, commit.
+
+    Tokens that cannot be claimed (finished, read to the window end, or leased by a live worker) are skipped.
+    """
+    from spanner_cdc.spanner_client import detect_dialect, open_database
+    from spanner_cdc.spark.session import spark_session
+
+    start, end = _window(window_start, window_end)
+    stream, method = _stream(settings), _read_method(read_method)
+    if not tokens:
+        return []
+    lease = lease_duration()
+    with _store(settings) as store:
+        lineage = store.get_lineage(stream, settings.namespace)
+        claims = store.claim(lineage.id, window_end=end, owner=owner or _owner(), lease=lease, tokens=list(tokens))
+        skipped = sorted(set(tokens) - {c.token for c in claims})
+        if skipped:
+            log.info("%s: %d token(s) not claimable (done, or leased by another worker): %s", stream, len(skipped), ", ".join(t[:16] for t in skipped))
+        if not claims:
+            return []
+        try:
+            database = open_database(settings)
+            dialect = detect_dialect(database, settings.dialect)
+            spark = spark_session(settings)
+        except Exception as exc:
+            for claim in claims:
+                store.fail(claim, f"{type(exc).__name__}: {exc}")
+            raise
+        job = ExtractJob(
+            store=store,
+            spark=spark,
+            layout=layout_of(settings),
+            lineage_id=lineage.id,
+            stream=stream,
+            window_start=start,
+            window_end=end,
+            read_method=method,
+            connection={
+                "project": settings.project,
+                "instance": settings.instance,
+                "database": settings.database,
+                "emulator_host": settings.emulator_host,
+                "dialect": dialect,
+                "heartbeat_ms": settings.heartbeat_ms,
+            },
+        )
+        state = Progress(waiting=len(claims), tokens=[c.token for c in claims])
+
+        def on_start(claim: Any) -> None:
+            state.waiting -= 1
+            state.running += 1
+            if progress:
+                progress(state)
+
+        def on_done(claim: Any, result: TokenResult | None) -> None:
+            state.running -= 1
+            if result is None:
+                state.failed += 1
+            else:
+                state.done += 1
+                state.records += result.records
+            if progress:
+                progress(state)
+
+        return extract_claims(job, claims, concurrency=settings.concurrency, lease=lease, on_start=on_start, on_done=on_done)
+
+
+def close_window(settings: Settings, window_start: datetime, window_end: datetime) -> WindowSummary:
+    """If every partition is done with the window: check transactions, write the marker, mark it complete."""
+    started = time.monotonic()
+    start, end = _window(window_start, window_end)
+    stream, layout = _stream(settings), layout_of(settings)
+    with _store(settings) as store:
+        lineage = store.get_lineage(stream, settings.namespace)
+        status = store.window_status(lineage.id, start, end)
+        files = store.manifest(lineage.id, window_start=start, window_end=end)
+        summary = WindowSummary(
+            stream=stream,
+            namespace=settings.namespace,
+            window_start=start,
+            window_end=end,
+            complete=False,
+            tokens=status.partitions,
+            records=sum(f.rows for f in files),
+            files=len(files),
+            transaction_check={},
+            pending=sorted(token for tokens in status.pending.values() for token in tokens),
+            marker_path=None,
+            elapsed_s=0.0,
+        )
+        if not status.complete:
+            log.info("%s: window [%s, %s) not complete: %d token(s) pending", stream, start.isoformat(), end.isoformat(), len(summary.pending))
+            summary.elapsed_s = time.monotonic() - started
+            return summary
+        check = transaction_check([f.path for f in files], window_start=start, window_end=end)
+        summary.transaction_check = check
+        if not check["ok"]:
+            raise ExtractError(
+                f"{stream}: window [{start.isoformat()}, {end.isoformat()}) failed the transaction check "
+                f"({check['mismatched']} of {check['transactions']} transactions with a record count other than "
+                f"number_of_records_in_transaction, {check['duplicate_rows']} duplicate rows; e.g. {check['examples'][:3]}); "
+                "the window is not marked complete"
+            )
+        marker = write_marker(layout, lineage_id=lineage.id, window_start=start, window_end=end, files=files, check=check)
+        store.close_window(
+            lineage.id, start, end, records=summary.records, files=summary.files, transaction_check=check, marker_path=str(marker)
+        )
+        summary.complete, summary.marker_path = True, str(marker)
+        summary.elapsed_s = time.monotonic() - started
+        log.info(
+            "%s: window [%s, %s) complete: %d rows in %d files, %d transactions checked",
+            stream, start.isoformat(), end.isoformat(), summary.records, summary.files, check["transactions"],
+        )  # fmt: skip
+        return summary
+
+
+def _wait_for_leases(settings: Settings, end: datetime) -> bool:
+    """When nothing is ready but tokens are leased (a dead or slow worker), wait for the earliest lease to pass."""
+    with _store(settings) as store:
+        lineage = store.get_lineage(_stream(settings), settings.namespace)
+        leased = [
+            p.lease_expires_at
+            for p in store.partitions(lineage.id)
+            if p.state in ("RUNNING", "SCHEDULED") and p.lease_expires_at is not None and p.start <= inclusive_end(end)
+        ]
+    if not leased:
+        return False
+    delay = (min(leased) - datetime.now(UTC)).total_seconds()
+    if delay > 0:
+        log.info("%s: waiting %.0fs for a lease held by another worker to expire", settings.stream, delay)
+        time.sleep(min(delay + 0.5, lease_duration().total_seconds() + 1))
+    return True
+
+
+def run_window(
+    settings: Settings,
+    window_start: datetime,
+    window_end: datetime,
+    *,
+    read_method: str = LIVE_READ_METHOD,
+    max_waves: int = 20,
+    progress: ProgressCallback | None = None,
+) -> WindowSummary:
+    """Plan, then waves of ready tokens (children born in the window join later waves), then close."""
+    started = time.monotonic()
+    plan = plan_window(settings, window_start, window_end, read_method=read_method)
+    start, end = plan.window_start, plan.window_end
+    tasks, waves, extracted, records = plan.ready, 0, 0, 0
+    owner = _owner()
+    while waves < max_waves:
+        if not tasks:
+            if not _wait_for_leases(settings, end):
+                break
+            tasks = ready_tasks(settings, start, end)
+            waves += 1
+            continue
+        waves += 1
+        base = records
+
+        def wave_progress(state: Progress, wave: int = waves, base: int = base, done: int = extracted) -> None:
+            if progress:
+                progress(Progress(wave, done + state.done, state.running, state.waiting, base + state.records, state.failed))
+
+        results = extract_tokens(
+            settings, start, end, [t.token for t in tasks], read_method=read_method, owner=owner, progress=wave_progress
+        )
+        extracted += len(results)
+        records += sum(r.records for r in results)
+        tasks = ready_tasks(settings, start, end)
+    summary = close_window(settings, start, end)
+    summary.waves, summary.extracted_tokens = waves, extracted
+    summary.elapsed_s = time.monotonic() - started
+    return summary
