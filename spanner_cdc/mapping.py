@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from json import loads as _json_loads
 from typing import Any
 
 from google.cloud.spanner_v1 import TypeCode
 from google.cloud.spanner_v1.data_types import JsonObject
+from google.protobuf.struct_pb2 import Value as _WireValue
 
 from spanner_cdc.errors import SourceError
 from spanner_cdc.queries import GOOGLE_STANDARD_SQL, POSTGRESQL, validate_dialect
@@ -59,11 +61,19 @@ class _Malformed(Exception):
 
 
 def row_mapper(dialect: str, fields: Sequence[Any]) -> RowMapper:
-    """A function row -> records for one result set; field positions are looked up once, here."""
+    """A function row -> records for one result set; field positions are looked up once, here.
+
+    PostgreSQL rows may also be undecoded (`lazy_decode=True`): the JSON text is parsed here, once,
+    instead of through the client's JsonObject wrapper (see `lazy_decode(dialect)`)."""
     dialect = validate_dialect(dialect)
     if dialect == POSTGRESQL:
         return _postgresql_mapper(fields)
     return _googlesql_mapper(fields)
+
+
+def lazy_decode(dialect: str) -> bool:
+    """Whether the reader should ask the client for undecoded rows: yes for PostgreSQL's JSON column."""
+    return validate_dialect(dialect) == POSTGRESQL
 
 
 # ---- shared field checks and record construction -------------------------------------------
@@ -387,6 +397,13 @@ class _PostgresqlRecords:
 
     def __call__(self, value: Any) -> ChangeRecord:
         try:
+            if type(value) is _WireValue:  # execute_sql(lazy_decode=True): the JSON text as sent
+                if value.HasField("null_value"):
+                    raise _Malformed("the row is null")
+                try:
+                    value = _json_loads(value.string_value)
+                except ValueError:
+                    raise _Malformed("the row is not JSON") from None
             if type(value) is JsonObject:
                 if value._is_array or value._is_scalar_value or value._is_null:
                     raise _Malformed("the row is not a JSON object")
@@ -429,4 +446,4 @@ def _postgresql_mapper(fields: Sequence[Any]) -> RowMapper:
     return map_row
 
 
-__all__ = ["GOOGLE_STANDARD_SQL", "POSTGRESQL", "RowMapper", "map_postgresql_value", "row_mapper"]
+__all__ = ["GOOGLE_STANDARD_SQL", "POSTGRESQL", "RowMapper", "lazy_decode", "map_postgresql_value", "row_mapper"]

@@ -11,7 +11,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from spanner_cdc.errors import NotFound, RetentionError, SourceError
-from spanner_cdc.mapping import row_mapper
+from spanner_cdc.mapping import lazy_decode, row_mapper
 from spanner_cdc.queries import build_query, validate_dialect, validate_heartbeat, validate_stream_name, validate_window
 from spanner_cdc.record_json import rfc3339
 from spanner_cdc.records import ChangeRecord, DataChangeRecord, HeartbeatRecord
@@ -172,6 +172,7 @@ class PartitionReader:
                 param_types=query.param_types,
                 request_options=self._request_options,
                 timeout=None,  # a change stream query lives as long as its window; the client's default is 1 h
+                lazy_decode=lazy_decode(self.dialect),
             )
             mapper = None
             for row in results:

@@ -10,11 +10,11 @@ from spanner_cdc.errors import SourceError
 from spanner_cdc.mapping import row_mapper
 from tests.unit import test_mapping_examples as ex
 
-DIALECTS = ("GOOGLE_STANDARD_SQL", "POSTGRESQL")
+DIALECTS = ex.MODES
 
 
-def map_one(dialect: str, example: Any) -> Any:
-    fields, rows = (ex.googlesql_rows if dialect == "GOOGLE_STANDARD_SQL" else ex.postgresql_rows)([example])
+def map_one(mode: str, example: Any) -> Any:
+    dialect, fields, rows = ex.rows_for(mode, [example])
     return row_mapper(dialect, fields)(rows[0])
 
 
@@ -68,10 +68,11 @@ BAD_POSTGRESQL = {
 }
 
 
+@pytest.mark.parametrize("mode", ["POSTGRESQL", "POSTGRESQL_LAZY"])
 @pytest.mark.parametrize("case", sorted(BAD_POSTGRESQL))
-def test_malformed_postgresql_row_raises_source_error(case: str) -> None:
+def test_malformed_postgresql_row_raises_source_error(case: str, mode: str) -> None:
     with pytest.raises(SourceError) as info:
-        map_one("POSTGRESQL", BAD_POSTGRESQL[case])
+        map_one(mode, BAD_POSTGRESQL[case])
     assert "malformed change record" in str(info.value)
 
 
@@ -123,6 +124,15 @@ def test_googlesql_metadata_without_change_record_column_is_refused() -> None:
         row_mapper("GOOGLE_STANDARD_SQL", [ex.StructType.Field(name="ChangeRecord", type_=ex.STRING)])
     assert fields  # the well-formed metadata itself is accepted
     row_mapper("GOOGLE_STANDARD_SQL", fields)
+
+
+@pytest.mark.parametrize("text", ["", "{not json", "null"])
+def test_undecoded_postgresql_row_that_is_not_a_json_object_is_refused(text: str) -> None:
+    fields, _ = ex.postgresql_rows([])
+    with pytest.raises(SourceError, match="malformed change record: the row is not"):
+        row_mapper("POSTGRESQL", fields)([ex.Value(string_value=text)])
+    with pytest.raises(SourceError, match="the row is null"):
+        row_mapper("POSTGRESQL", fields)([ex.Value(null_value=0)])
 
 
 def test_postgresql_metadata_must_be_one_json_column() -> None:

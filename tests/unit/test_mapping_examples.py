@@ -143,11 +143,11 @@ def encode(value: Any, t: Type) -> Value:
     return Value(string_value=str(value))  # STRING, INT64, TIMESTAMP all travel as text
 
 
-def _decode(metadata: ResultSetMetadata, values: Sequence[Value]) -> tuple[list[Any], list[list[Any]]]:
+def _decode(metadata: ResultSetMetadata, values: Sequence[Value], lazy: bool = False) -> tuple[list[Any], list[list[Any]]]:
     """Feed the messages through the client's own StreamedResultSet, as a real query would."""
     message = PartialResultSet(metadata=metadata, resume_token=b"t")
     PartialResultSet.pb(message).values.extend(values)
-    results = StreamedResultSet(iter([message]))
+    results = StreamedResultSet(iter([message]), lazy_decode=lazy)
     rows = list(results)
     return list(results.fields), rows
 
@@ -164,11 +164,22 @@ def googlesql_rows(examples: Sequence[dict[str, Any]], record_type: Type = CHANG
     return _decode(metadata, values)
 
 
-def postgresql_rows(examples: Sequence[Any]) -> tuple[list[Any], list[list[Any]]]:
-    """Each example as one PostgreSQL-dialect row: a single JSON (PG_JSONB) column."""
+def postgresql_rows(examples: Sequence[Any], lazy: bool = False) -> tuple[list[Any], list[list[Any]]]:
+    """Each example as one PostgreSQL-dialect row: a single JSON (PG_JSONB) column; `lazy`: left undecoded."""
     column = Type(code=TypeCode.JSON, type_annotation=TypeAnnotationCode.PG_JSONB)
     metadata = ResultSetMetadata(row_type=StructType(fields=[StructType.Field(name="read_json_s", type_=column)]))
-    return _decode(metadata, [Value(string_value=json.dumps(example)) for example in examples])
+    return _decode(metadata, [Value(string_value=json.dumps(example)) for example in examples], lazy)
+
+
+# how rows reach the mapper: GoogleSQL decoded by the client; PostgreSQL decoded, or raw (lazy_decode)
+MODES = ("GOOGLE_STANDARD_SQL", "POSTGRESQL", "POSTGRESQL_LAZY")
+
+
+def rows_for(mode: str, examples: Sequence[Any]) -> tuple[str, list[Any], list[list[Any]]]:
+    """(dialect, result fields, rows) of the examples as the mapper receives them in `mode`."""
+    if mode == "GOOGLE_STANDARD_SQL":
+        return (mode, *googlesql_rows(examples))
+    return ("POSTGRESQL", *postgresql_rows(examples, lazy=mode.endswith("_LAZY")))
 
 
 def with_changes(example: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -199,4 +210,6 @@ def test_postgresql_rows_decode_as_one_json_object() -> None:
     fields, rows = postgresql_rows([HEARTBEAT])
     assert isinstance(rows[0][0], JsonObject)
     assert rows[0][0] == HEARTBEAT
+    _, raw = postgresql_rows([HEARTBEAT], lazy=True)
+    assert isinstance(raw[0][0], Value) and json.loads(raw[0][0].string_value) == HEARTBEAT
     assert fields[0].type_.type_annotation == TypeAnnotationCode.PG_JSONB

@@ -37,6 +37,7 @@ class Call:
     request_options: Any
     timeout: Any
     rows_sent: int = 0
+    lazy_decode: bool = False
 
 
 class FakeResults:
@@ -102,8 +103,12 @@ class FakeDatabase:
             wanted = [
                 r for r in self.db.records if example_timestamp(r) >= start and (end is None or example_timestamp(r) <= end)
             ]
-            encode = ex.postgresql_rows if self.db.dialect == "POSTGRESQL" else ex.googlesql_rows
-            fields, rows = encode(wanted or [heartbeat("2000-01-01T00:00:00Z")])
+            call.lazy_decode = kw.get("lazy_decode", False)
+            if self.db.dialect == "POSTGRESQL":
+                fields, rows = ex.postgresql_rows(wanted or [heartbeat("2000-01-01T00:00:00Z")], lazy=call.lazy_decode)
+            else:
+                assert not call.lazy_decode
+                fields, rows = ex.googlesql_rows(wanted or [heartbeat("2000-01-01T00:00:00Z")])
             index = len(self.db.calls) - 1
             fail = self.db.failures[index] if index < len(self.db.failures) else None
             return FakeResults(fields, rows if wanted else [], call, fail)

@@ -1,0 +1,166 @@
+"""Benchmark: typed PartitionReader records/s against the bare client draining the same partition, side by side."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
+from spanner_cdc.queries import build_query
+from spanner_cdc.reader import PartitionReader
+from spanner_cdc.spanner_client import stream_metadata
+
+COMMAND = "python -m bench.bench_reader"
+TARGET = 0.80  # the typed reader keeps >= 80% of the bare client's rate (issue 4)
+PROJECT, INSTANCE = "bench-project", "bench-instance"
+# one partition that never splits or merges, so both readers drain exactly the same records
+SERVER_ARGS = [
+    "--policy-initial-partitions", "1", "--policy-max-partitions", "1", "--policy-split-records", "100000000",
+    "--policy-event-every", "none", "--policy-merge-idle", "none",
+]  # fmt: skip
+DDL = {
+    "GOOGLE_STANDARD_SQL": [
+        "CREATE TABLE Orders (OrderId INT64 NOT NULL, Customer STRING(MAX), Amount FLOAT64, Status STRING(MAX),"
+        " Updated TIMESTAMP) PRIMARY KEY (OrderId)",
+        "CREATE TABLE Lines (OrderId INT64 NOT NULL, LineNo INT64 NOT NULL, Sku STRING(MAX), Qty INT64)"
+        " PRIMARY KEY (OrderId, LineNo)",
+        "CREATE CHANGE STREAM Everything FOR ALL",
+    ],
+    "POSTGRESQL": [
+        "create table orders (orderid bigint primary key, customer varchar, amount float8, status varchar,"
+        " updated timestamptz)",
+        "create table lines (orderid bigint not null, lineno bigint not null, sku varchar, qty bigint,"
+        " primary key (orderid, lineno))",
+        "CREATE CHANGE STREAM everything FOR ALL",
+    ],
+}
+STREAM = {"GOOGLE_STANDARD_SQL": "Everything", "POSTGRESQL": "everything"}
+
+
+def _write(database: Any, dialect: str, transactions: int) -> tuple[datetime, datetime]:
+    """Each transaction: one order and three lines -> two data change records (one with 3 mods)."""
+    orders, lines = ("orders", "lines") if dialect == "POSTGRESQL" else ("Orders", "Lines")
+    order_cols = ("orderid", "customer", "amount", "status", "updated")
+    line_cols = ("orderid", "lineno", "sku", "qty")
+    if dialect != "POSTGRESQL":
+        order_cols = ("OrderId", "Customer", "Amount", "Status", "Updated")
+        line_cols = ("OrderId", "LineNo", "Sku", "Qty")
+    first: datetime | None = None
+    last: datetime | None = None
+    for i in range(transactions):
+        with database.batch() as batch:
+            batch.insert(orders, order_cols, [(i, f"customer-{i % 97}", i * 1.25, "NEW", datetime.now(UTC))])
+            batch.insert(lines, line_cols, [(i, n, f"sku-{(i * 7 + n) % 1000}", n + 1) for n in range(3)])
+        last = batch.committed
+        first = first or last
+    assert first is not None and last is not None
+    return first, last
+
+
+def _root_token(database: Any, stream: str, dialect: str, start: datetime, end: datetime) -> str:
+    reader = PartitionReader(database, stream, dialect=dialect, heartbeat_ms=1000)
+    tokens = [c.token for record in reader.read(None, start, end) for c in getattr(record, "child_partitions", ())]
+    if len(tokens) != 1:
+        raise SystemExit(f"expected one partition, got {tokens}: the server's policy flags changed?")
+    return tokens[0]
+
+
+def _bare(database: Any, stream: str, dialect: str, token: str, start: datetime, end: datetime) -> int:
+    """The google-cloud-spanner client merely draining the partition query (rows decoded, nothing else)."""
+    query = build_query(stream, dialect, token, start, end, 1000)
+    rows = 0
+    with database.snapshot() as snapshot:
+        for _ in snapshot.execute_sql(query.sql, params=query.params, param_types=query.param_types, timeout=None):
+            rows += 1
+    return rows
+
+
+def _typed(database: Any, stream: str, dialect: str, token: str, start: datetime, end: datetime) -> int:
+    return sum(1 for _ in PartitionReader(database, stream, dialect=dialect, heartbeat_ms=1000).read(token, start, end))
+
+
+def _timed(run: Callable[[], int]) -> tuple[int, float, float]:
+    """Records, wall seconds, and this process's CPU seconds (the client side's own cost, whatever the load)."""
+    began, cpu = time.perf_counter(), time.process_time()
+    count = run()
+    return count, time.perf_counter() - began, time.process_time() - cpu
+
+
+def bench_dialect(server: LocalSpanner, dialect: str, transactions: int, rounds: int) -> dict[str, Any]:
+    database = create_database(server.host, PROJECT, INSTANCE, f"b{uuid.uuid4().hex[:12]}", DDL[dialect], dialect)
+    stream = STREAM[dialect]
+    created = stream_metadata(database, stream, dialect).created_at
+    start = created or datetime.now(UTC)
+    began = time.perf_counter()
+    _, last = _write(database, dialect, transactions)
+    write_seconds = time.perf_counter() - began
+    end = last + timedelta(microseconds=1)
+    token = _root_token(database, stream, dialect, start, end)
+    args = (database, stream, dialect, token, start, end)
+    _bare(*args), _typed(*args)  # warm both paths (session, channel, caches) before measuring
+    rates: dict[str, list[float]] = {"bare": [], "typed": []}
+    cpu_us: dict[str, list[float]] = {"bare": [], "typed": []}
+    counts: dict[str, set[int]] = {"bare": set(), "typed": set()}
+    for _ in range(rounds):  # interleaved and paired, so background load hits both alike
+        for name, fn in (("bare", _bare), ("typed", _typed)):
+            count, seconds, cpu = _timed(lambda fn=fn: fn(*args))  # type: ignore[misc]
+            counts[name].add(count)
+            rates[name].append(count / seconds)
+            cpu_us[name].append(cpu / count * 1e6)
+    if counts["bare"] != counts["typed"] or len(counts["bare"]) != 1:
+        raise SystemExit(f"{dialect}: the readers saw different record counts: {counts}")
+    ratios = [t / b for t, b in zip(rates["typed"], rates["bare"], strict=True)]
+    return {
+        "dialect": dialect,
+        "records": counts["bare"].pop(),
+        "write_tps": transactions / write_seconds,
+        "bare": statistics.median(rates["bare"]),
+        "typed": statistics.median(rates["typed"]),
+        "ratio": statistics.median(ratios),
+        "ratios": ratios,
+        "bare_cpu": statistics.median(cpu_us["bare"]),
+        "typed_cpu": statistics.median(cpu_us["typed"]),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__)
+    parser.add_argument("--transactions", type=int, default=5000, help="committed transactions (2 records each)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved measurement rounds per reader")
+    parser.add_argument("--dialect", choices=("GOOGLE_STANDARD_SQL", "POSTGRESQL", "both"), default="both")
+    args = parser.parse_args(argv)
+    dialects = ["GOOGLE_STANDARD_SQL", "POSTGRESQL"] if args.dialect == "both" else [args.dialect]
+    with tempfile.TemporaryDirectory(prefix="bench-reader-") as tmp:
+        server = LocalSpanner(extra_args=SERVER_ARGS, log_path=Path(tmp) / "server.log")
+        with server:
+            results = [bench_dialect(server, dialect, args.transactions, args.rounds) for dialect in dialects]
+    print(f"{COMMAND}: typed PartitionReader vs bare google-cloud-spanner drain, one partition, same server and run")
+    print(
+        f"{'dialect':<20} {'records':>8} {'bare rec/s':>11} {'typed rec/s':>12} {'typed/bare':>11} "
+        f"{'client CPU us/rec bare/typed':>29}  typed/bare per round"
+    )
+    for r in results:
+        per_round = " ".join(f"{x:.2f}" for x in r["ratios"])
+        cpu = f"{r['bare_cpu']:.1f} / {r['typed_cpu']:.1f}"
+        print(
+            f"{r['dialect']:<20} {r['records']:>8} {r['bare']:>11.0f} {r['typed']:>12.0f} {r['ratio']:>10.0%} "
+            f"{cpu:>29}  {per_round}"
+        )
+    worst = min(r["ratio"] for r in results)
+    verdict = "meets" if worst >= TARGET else "MISSES"
+    print(
+        f"rates: medians over {args.rounds} interleaved rounds; typed/bare: median of the paired rounds; "
+        f"target >= {TARGET:.0%}: {verdict} (worst {worst:.0%})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
