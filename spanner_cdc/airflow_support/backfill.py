@@ -47,19 +47,30 @@ def check_range(
     retention: dt.timedelta,
     created_at: dt.datetime | None = None,
 ) -> None:
-    """The range must be non-empty, in the past, and readable: inside retention and after the stream existed."""
+    """The range must be non-empty, in the past, overlap the stream's life, and start inside its retention."""
     if end <= start:
         raise ConfigError("end", end.isoformat(), f"a date-time after start ({start.isoformat()})")
     if end > now:
         raise ConfigError("end", end.isoformat(), f"a date-time not after the database's current time ({now.isoformat()})")
+    if created_at is not None and end <= created_at:
+        raise ConfigError(
+            "end", end.isoformat(), f"a date-time after the change stream was created ({created_at.isoformat()})"
+        )
     oldest = now - retention
-    if created_at is not None and created_at > oldest:
-        oldest = created_at
-        why = f"the change stream was created at {created_at.isoformat()}"
-    else:
-        why = f"the change stream keeps {retention} of history"
     if start < oldest:
-        raise ConfigError("start", start.isoformat(), f"a date-time at or after {oldest.isoformat()} ({why})")
+        raise ConfigError(
+            "start",
+            start.isoformat(),
+            f"a date-time at or after {oldest.isoformat()} (the change stream keeps {retention} of history; "
+            "older changes are gone from Spanner)",
+        )
+
+
+def windows_to_read(spec: Mapping[str, Any]) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The range's hourly windows, without those wholly before the stream existed (nothing to read there)."""
+    created = dt.datetime.fromisoformat(spec["created_at"]) if spec.get("created_at") else None
+    windows = hourly_windows(dt.datetime.fromisoformat(spec["start"]), dt.datetime.fromisoformat(spec["end"]))
+    return [(start, end) for start, end in windows if created is None or end > created]
 
 
 def source_clock(settings: Settings) -> tuple[dt.datetime, dt.timedelta, dt.datetime | None]:
@@ -134,7 +145,8 @@ def validate(params: Mapping[str, Any], run_id: str) -> dict[str, Any]:
     except SpannerCdcError as exc:
         # Retrying cannot fix a bad form: fail at once, with the message the operator needs.
         raise AirflowFailException(f"backfill refused: {exc}") from exc
-    windows = hourly_windows(dt.datetime.fromisoformat(spec["start"]), dt.datetime.fromisoformat(spec["end"]))
+    spec["created_at"] = created_at.isoformat() if created_at else None
+    windows = windows_to_read(spec)
     spec["windows"] = len(windows)
     log.info("stream %s backfill %s: %d windows in namespace %s", spec["stream"], spec["start"], len(windows), spec["namespace"])
     return spec
@@ -147,9 +159,7 @@ def run(spec: Mapping[str, Any], run_id: str) -> dict[str, Any]:
 
     _, settings = _resolve(spec, run_id)
     totals = {"windows": 0, "records": 0, "files": 0}
-    for window_start, window_end in hourly_windows(
-        dt.datetime.fromisoformat(spec["start"]), dt.datetime.fromisoformat(spec["end"])
-    ):
+    for window_start, window_end in windows_to_read(spec):
         summary = run_window(settings, window_start, window_end, read_method=BACKFILL_READ_METHOD)
         data = summary_dict(summary)
         log.info(

@@ -6,12 +6,13 @@ import datetime as dt
 
 import pytest
 
-from spanner_cdc.airflow_support.backfill import backfill_namespace, check_range, hourly_windows
+from spanner_cdc.airflow_support.backfill import backfill_namespace, check_range, hourly_windows, windows_to_read
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.settings import IDENTIFIER
 
 UTC = dt.UTC
 H = dt.timedelta(hours=1)
+MINUTE = dt.timedelta(minutes=1)
 NOW = dt.datetime(2024, 6, 2, 12, 0, tzinfo=UTC)
 
 
@@ -49,7 +50,8 @@ def test_a_range_inside_retention_passes() -> None:
         (NOW - H, NOW - 2 * H, None, "end", "after start"),
         (NOW - H, NOW + H, None, "end", "not after the database's current time"),
         (NOW - 25 * H, NOW - H, None, "start", "keeps 1 day, 0:00:00 of history"),
-        (NOW - 5 * H, NOW - H, NOW - 3 * H, "start", "created at"),
+        (NOW - 25 * H, NOW - H, NOW - 30 * H, "start", "keeps 1 day, 0:00:00 of history"),
+        (NOW - 5 * H, NOW - 3 * H, NOW - 3 * H, "end", "after the change stream was created"),
     ],
 )
 def test_bad_ranges_are_refused_naming_the_field(
@@ -59,3 +61,14 @@ def test_bad_ranges_are_refused_naming_the_field(
         check_range(start, end, now=NOW, retention=dt.timedelta(days=1), created_at=created)
     assert raised.value.field == field
     assert hint in raised.value.accepted
+
+
+def test_a_start_before_the_streams_creation_is_fine_inside_retention() -> None:
+    check_range(NOW - 5 * H, NOW - H, now=NOW, retention=dt.timedelta(days=1), created_at=NOW - 3 * H - 10 * MINUTE)
+
+
+def test_windows_wholly_before_the_streams_creation_are_not_read() -> None:
+    created = NOW - 3 * H - 10 * MINUTE
+    spec = {"start": (NOW - 5 * H).isoformat(), "end": (NOW - H).isoformat(), "created_at": created.isoformat()}
+    assert windows_to_read(spec) == [(NOW - 4 * H, NOW - 3 * H), (NOW - 3 * H, NOW - 2 * H), (NOW - 2 * H, NOW - H)]
+    assert len(windows_to_read({**spec, "created_at": None})) == 4
