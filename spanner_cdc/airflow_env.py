@@ -227,3 +227,36 @@ def serve(
         return 0
     finally:
         _stop(processes)
+
+
+def run_dags(
+    env: AirflowEnv,
+    jobs: Sequence[Mapping[str, Any]],
+    *,
+    extra_env: Mapping[str, str] | None = None,
+    log_path: Path,
+    retries: int | None = None,
+    retry_delay_s: float = 5.0,
+    on_progress: Any = None,
+) -> list[dict[str, Any]]:
+    """Run DAG runs with dag.test() in a child process (see airflow_support.dag_runs); its output goes to log_path."""
+    from spanner_cdc.airflow_support.dag_runs import PROGRESS
+
+    plan = log_path.with_suffix(".plan.json")
+    result = log_path.with_suffix(".result.json")
+    plan.write_text(json.dumps(list(jobs), default=str))
+    result.unlink(missing_ok=True)
+    args = [sys.executable, "-m", "spanner_cdc.airflow_support.dag_runs", "--plan", str(plan), "--result", str(result)]
+    if retries is not None:
+        args += ["--retries", str(retries), "--retry-delay", str(retry_delay_s)]
+    with log_path.open("w") as log_file:
+        process = subprocess.Popen(args, env=env.full_env(extra_env), stdout=subprocess.PIPE, stderr=log_file, text=True)
+        assert process.stdout is not None
+        for line in process.stdout:
+            log_file.write(line)
+            if on_progress is not None and line.startswith(PROGRESS):
+                on_progress(line[len(PROGRESS):].rstrip())
+        process.wait()
+    if not result.exists():
+        raise SpannerCdcError(f"the DAG runs did not finish (exit {process.returncode}); see {log_path}")
+    return list(json.loads(result.read_text()))

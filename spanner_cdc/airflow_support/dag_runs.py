@@ -110,22 +110,43 @@ def run_triggered(dag: Any, conf: dict[str, Any]) -> list[dict[str, Any]]:
     return [result]
 
 
+def run_plan(jobs: Sequence[dict[str, Any]], retries: int | None, retry_delay: float) -> list[dict[str, Any]]:
+    """Each job is {"dag_id", "windows": [[start, end], ...]} or {"dag_id", "conf": {...}}; one DagBag for all."""
+    results: list[dict[str, Any]] = []
+    dags: dict[str, Any] = {}
+    for job in jobs:
+        dag = dags.get(job["dag_id"])
+        if dag is None:
+            dag = dags[job["dag_id"]] = _load_dag(job["dag_id"])
+            if retries is not None:
+                _override_retries(dag, retries, retry_delay)
+        if "conf" in job:
+            runs = run_triggered(dag, job["conf"])
+        else:
+            runs = run_windows(dag, [(_parse_time(start), _parse_time(end)) for start, end in job["windows"]])
+        results += [{"dag_id": job["dag_id"], **run} for run in runs]
+    return results
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spanner_cdc.airflow_support.dag_runs", description=__doc__)
-    parser.add_argument("dag_id")
+    parser.add_argument("dag_id", nargs="?", help="the DAG to run (or give --plan)")
     parser.add_argument("--window", nargs=2, action="append", metavar=("START", "END"), default=[])
     parser.add_argument("--conf", type=json.loads, help="trigger one run with this conf (JSON)")
+    parser.add_argument("--plan", type=Path, help='a JSON list of {"dag_id", "windows"} / {"dag_id", "conf"} jobs')
     parser.add_argument("--retries", type=int, help="override every task's retries")
     parser.add_argument("--retry-delay", type=float, default=5.0, help="seconds between retries with --retries")
     parser.add_argument("--result", type=Path, required=True, help="write the runs as JSON here")
     args = parser.parse_args(argv)
-    dag = _load_dag(args.dag_id)
-    if args.retries is not None:
-        _override_retries(dag, args.retries, args.retry_delay)
-    if args.conf is not None:
-        results = run_triggered(dag, args.conf)
+    if args.plan is not None:
+        jobs = json.loads(args.plan.read_text())
+    elif args.dag_id and args.conf is not None:
+        jobs = [{"dag_id": args.dag_id, "conf": args.conf}]
+    elif args.dag_id:
+        jobs = [{"dag_id": args.dag_id, "windows": args.window}]
     else:
-        results = run_windows(dag, [(_parse_time(start), _parse_time(end)) for start, end in args.window])
+        parser.error("give a DAG id or --plan")
+    results = run_plan(jobs, args.retries, args.retry_delay)
     args.result.write_text(json.dumps(results, indent=2))
     return 0 if all(result["state"] == "success" for result in results) else 1
 
