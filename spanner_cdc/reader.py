@@ -10,7 +10,7 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from spanner_cdc.errors import NotFound, RetentionError, SourceError
+from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError
 from spanner_cdc.mapping import lazy_decode, row_mapper
 from spanner_cdc.queries import build_query, validate_dialect, validate_heartbeat, validate_stream_name, validate_window
 from spanner_cdc.record_json import rfc3339
@@ -41,8 +41,6 @@ def _request_options(request_tag: str | None, priority: str | None) -> Any:
     if priority:
         name = str(priority).upper().removeprefix("PRIORITY_")
         if name not in PRIORITIES:
-            from spanner_cdc.errors import ConfigError
-
             raise ConfigError("priority", priority, "one of " + ", ".join(PRIORITIES))
         options.priority = getattr(RequestOptions.Priority, f"PRIORITY_{name}")
     return options
@@ -182,13 +180,14 @@ class PartitionReader:
 
     def _error(self, exc: gexc.GoogleAPICallError, token: str | None, start: datetime) -> Exception:
         where = f"{self.stream} {token}"
+        message = " ".join(str(exc.message).split())  # the CLI prints errors as one line
         if isinstance(exc, gexc.OutOfRange):
             return RetentionError(
                 f"{where}: the window start {rfc3339(start)} has left the change stream's retention period "
-                f"or precedes the stream's creation (Spanner: {exc.message}); start at a time within the "
+                f"or precedes the stream's creation (Spanner: {message}); start at a time within the "
                 "retention period (a later --start / window), or lengthen the stream's retention_period for the future"
             )
         if isinstance(exc, gexc.NotFound):
-            return NotFound(f"{where}: {exc.message}")
+            return NotFound(f"{where}: {message}")
         status = exc.grpc_status_code.name if exc.grpc_status_code is not None else type(exc).__name__
-        return SourceError(f"{where}: Spanner rejected the change stream query ({status}): {exc.message}")
+        return SourceError(f"{where}: Spanner rejected the change stream query ({status}): {message}")

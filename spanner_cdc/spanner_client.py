@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EMULATOR_ENV = "SPANNER_EMULATOR_HOST"
-ADMIN_TIMEOUT_S = 60.0  # admin calls are short; a dead server must not hang the CLI for the client's default hour
+ADMIN_TIMEOUT_S = 30.0  # admin calls are short; a dead server must not hang the CLI for the client's default hour
 DEFAULT_RETENTION = timedelta(days=1)
 DEFAULT_VALUE_CAPTURE_TYPE = "OLD_AND_NEW_VALUES"
 _RETENTION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$", re.IGNORECASE)
@@ -67,15 +67,18 @@ def _where(database: Any) -> str:
 
 
 def source_error(exc: Exception, what: str, database: Any) -> Exception:
-    """A google.api_core error of an admin or metadata call as the project's error."""
+    """A google.api_core error of an admin or metadata call as the project's error (one line)."""
+    message = str(getattr(exc, "message", None) or exc)
+    if isinstance(exc, gexc.RetryError) and exc.cause is not None:
+        message += f"; last error: {getattr(exc.cause, 'message', None) or exc.cause}"
+    message = " ".join(message.split())
     if isinstance(exc, gexc.NotFound):
-        return NotFound(f"{what}: {_where(database)} does not exist ({exc.message})")
+        return NotFound(f"{what}: {_where(database)} does not exist ({message})")
     if isinstance(exc, (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.RetryError)):
         return SourceError(
-            f"{what}: cannot reach Spanner for {_where(database)} ({exc}); check the host "
+            f"{what}: cannot reach Spanner for {_where(database)} ({message}); check the host "
             f"({EMULATOR_ENV} or the project's credentials) and that the server is running"
         )
-    message = getattr(exc, "message", None) or str(exc)
     return SourceError(f"{what}: Spanner refused the request for {_where(database)}: {message}")
 
 
@@ -87,11 +90,20 @@ def detect_dialect(database: Database, configured: str = "auto") -> str:
         cached = _dialects.get(database.name)
     if cached is not None:
         return cached
+    from google.api_core.retry import Retry, if_exception_type
     from google.cloud.spanner_admin_database_v1 import DatabaseDialect
 
+    # the client's default retry keeps trying an unreachable server for an hour: bound it
+    retry = Retry(
+        initial=0.25,
+        maximum=4.0,
+        multiplier=2.0,
+        timeout=ADMIN_TIMEOUT_S,
+        predicate=if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded),
+    )
     api = database._instance._client.database_admin_api
     try:
-        response = api.get_database(name=database.name, timeout=ADMIN_TIMEOUT_S)
+        response = api.get_database(name=database.name, retry=retry, timeout=ADMIN_TIMEOUT_S)
     except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
         raise source_error(exc, "detecting the SQL dialect", database) from None
     dialect = POSTGRESQL if response.database_dialect == DatabaseDialect.POSTGRESQL else GOOGLE_STANDARD_SQL
