@@ -17,6 +17,10 @@ install: $(STAMP)
 demo: install
 	$(BIN)/spanner-cdc demo
 
+# The Airflow UI (api-server, scheduler, dag-processor, triggerer) on the embedded stack; Ctrl-C stops it.
+up: install
+	$(BIN)/spanner-cdc up
+
 test: install browser-deps
 	$(BIN)/pytest
 
