@@ -57,8 +57,8 @@ def run_status(args: argparse.Namespace) -> int:
         version = store.schema_version()
         print(f"metadata store: {store.url}")
         print(f"schema version: {version} (this code needs {SCHEMA_VERSION})")
-        for number, name, applied_at in store.applied_migrations():
-            print(f"  applied {number:04d} {name} at {applied_at}")
+        for _, name, applied_at in store.applied_migrations():
+            print(f"  applied {name} at {applied_at}")
         pending = [m.name for m in discover() if m.version > version]
         if pending:
             print(f"pending migrations: {', '.join(pending)}: run `spanner-cdc db upgrade`")

@@ -30,8 +30,8 @@ INSERT_LINEAGE = sa.text(
 SELECT_LINEAGE = sa.text(f"SELECT {LINEAGE_COLUMNS} FROM cdc_lineages WHERE stream = :stream AND namespace = :namespace")
 INSERT_ROOTS = sa.text(
     """
-    INSERT INTO cdc_partitions (lineage_id, token, partition_start, state, ready_at)
-    SELECT :lineage_id, token, :start, 'READY', clock_timestamp() FROM unnest(CAST(:tokens AS text[])) AS token
+    INSERT INTO cdc_partitions (lineage_id, token, partition_start, read_from, state, ready_at)
+    SELECT :lineage_id, token, :start, :start, 'READY', clock_timestamp() FROM unnest(CAST(:tokens AS text[])) AS token
     ON CONFLICT (lineage_id, token) DO NOTHING
     RETURNING token
     """
@@ -39,9 +39,8 @@ INSERT_ROOTS = sa.text(
 READY_TOKENS = sa.text(
     PARTITION_SELECT
     + """
-    WHERE p.lineage_id = :lineage_id AND p.state = 'READY' AND p.partition_start <= :last
-      AND (p.watermark IS NULL OR p.watermark < :last)
-    ORDER BY p.partition_start, p.token
+    WHERE p.lineage_id = :lineage_id AND p.state = 'READY' AND p.read_from <= :last
+    ORDER BY p.read_from, p.token
     """
 )
 LOW_WATERMARK = sa.text(

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spanner_cdc.records import ChildPartition, ChildPartitionsRecord
-from spanner_cdc.store import MetadataStore
+from spanner_cdc.store import MetadataStore, migrations
 
 pytestmark = pytest.mark.integration
 
@@ -44,16 +44,19 @@ def test_upgrade_status_and_missing_schema_through_the_cli(empty_database: Calla
     assert missing.stderr.strip().endswith("has no spanner-cdc schema: run `spanner-cdc db upgrade`")
     status = cli("db", "status", "--metadata-url", url)
     assert status.returncode == 1
-    assert "pending migrations: 0001_create_lineage_tables, 0002_create_checkpoint_tables" in status.stdout
+    names = [m.name for m in migrations.discover()]
+    assert f"pending migrations: {', '.join(names)}: run `spanner-cdc db upgrade`" in status.stdout
 
     upgraded = cli("db", "upgrade", "--metadata-url", url)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "applied 0001_create_lineage_tables, 0002_create_checkpoint_tables" in upgraded.stdout
+    assert f"applied {', '.join(names)}; schema version {migrations.SCHEMA_VERSION}" in upgraded.stdout
     again = cli("db", "upgrade", "--metadata-url", url)
     assert again.returncode == 0 and "is up to date" in again.stdout
     status = cli("db", "status", "--metadata-url", url)
     assert status.returncode == 0, status.stdout
-    assert "schema version: 2 (this code needs 2)" in status.stdout
+    version = migrations.SCHEMA_VERSION
+    assert f"schema version: {version} (this code needs {version})" in status.stdout
+    assert f"  applied {names[-1]} at " in status.stdout
 
     not_found = cli("lineage", "show", "--stream", "orders", "--namespace", "backfill_1", "--metadata-url", url)
     assert not_found.returncode == 1

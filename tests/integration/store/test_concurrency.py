@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from spanner_cdc.records import ChildPartition
-from spanner_cdc.store import MetadataStore, State
+from spanner_cdc.store import MetadataStore, State, rules
 from tests.integration.store import lineage_sim
 from tests.integration.store.lineage_sim import CRASH_EXIT, T0, US
 
@@ -90,6 +90,11 @@ def test_workers_land_a_lineage_exactly_once(pg_url: str, tmp_path: Path) -> Non
 
         rows = {p.token: p for p in store.partitions(lineage.id)}
         with store._db.engine.connect() as conn:
+            read_from = dict(
+                conn.execute(sa.text("SELECT token, read_from FROM cdc_partitions WHERE lineage_id = :l"), {"l": lineage.id})
+                .tuples()
+                .all()
+            )
             history = conn.execute(
                 sa.text("SELECT * FROM cdc_attempts WHERE lineage_id = :l ORDER BY token, attempt"), {"l": lineage.id}
             ).all()
@@ -110,6 +115,9 @@ def test_workers_land_a_lineage_exactly_once(pg_url: str, tmp_path: Path) -> Non
     for token, part in topology.items():
         assert rows[token].parents == part.parents, token
         assert rows[token].start == part.start, token
+
+    # the stored resume point is the rule's, for every token
+    assert read_from == {t: rules.read_from(r.watermark, r.start) for t, r in rows.items()}
 
     # every partition that ended was finished exactly once; the others are landed to the last window
     last = all_windows[-1][1] - US

@@ -47,7 +47,7 @@ def test_an_older_schema_refuses_to_run(empty_database: Callable[[], str]) -> No
             match=rf"schema version 1, this code needs {migrations.SCHEMA_VERSION}: run `spanner-cdc db upgrade`",
         ):
             store.check_schema()
-        assert store.upgrade() == ["0002_create_checkpoint_tables"]
+        assert store.upgrade() == [m.name for m in migrations.discover()[1:]]
         store.check_schema()
 
 
@@ -89,3 +89,28 @@ def test_unreachable_store_says_how_to_point_elsewhere() -> None:
     assert message.endswith("start it, or point to another with --metadata-url / SPANNER_CDC_METADATA_URL")
     assert "hunter2" not in message
     assert "\n" not in message
+
+
+def test_upgrade_from_version_2_fills_read_from_for_existing_partitions(empty_database: Callable[[], str]) -> None:
+    import sqlalchemy as sa
+
+    from spanner_cdc.store import rules
+
+    with MetadataStore.connect(empty_database()) as store:
+        migrations.upgrade(store._db, migrations.discover()[:2])
+        with store._db.engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO cdc_lineages (stream, namespace) VALUES ('s', 'live')"))
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cdc_partitions (lineage_id, token, partition_start, state, watermark) VALUES "
+                    "(1, 'unread', '2025-01-01T00:00:00Z', 'READY', NULL), "
+                    "(1, 'landed', '2025-01-01T00:00:00Z', 'READY', '2025-01-01T00:59:59.999999Z')"
+                )
+            )
+        store.upgrade()
+        with store._db.engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT token, partition_start, watermark, read_from FROM cdc_partitions"))
+            found = {r.token: (r.read_from, rules.read_from(r.watermark, r.partition_start)) for r in rows}
+        assert found["unread"][0] == found["unread"][1]
+        assert found["landed"][0] == found["landed"][1]
+        assert found["landed"][0].hour == 1

@@ -1,0 +1,208 @@
+"""SQL of the partition state machine: claim, lease, land a range, add children, promote, fail."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from spanner_cdc.store.prepared import prepared
+
+# A claim takes tokens whose next read starts inside the window (rules.needs_read as a range scan on
+# cdc_partitions_claimable), least landed first, plus any whose lease expired. `stale` and `fresh`
+# pick disjoint states so no row is picked twice.
+CLAIM = """
+WITH stale AS (
+    SELECT token, attempts AS previous_attempt, state AS previous_state, read_from FROM cdc_partitions
+    WHERE lineage_id = :lineage_id AND state IN ({stale_states}) AND read_from <= :last
+      AND lease_expires_at < clock_timestamp() {only_named}
+    ORDER BY read_from, token
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), fresh AS (
+    SELECT token, attempts AS previous_attempt, state AS previous_state, read_from FROM cdc_partitions
+    WHERE lineage_id = :lineage_id AND state IN ({fresh_states}) AND read_from <= :last {only_named}
+    ORDER BY read_from, token
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT * FROM stale UNION ALL SELECT * FROM fresh ORDER BY read_from, token LIMIT :limit
+), claimed AS (
+    UPDATE cdc_partitions p
+    SET state = 'RUNNING', running_at = clock_timestamp(), lease_owner = :owner,
+        lease_expires_at = clock_timestamp() + CAST(:lease AS interval), attempts = p.attempts + 1
+    FROM picked
+    WHERE p.lineage_id = :lineage_id AND p.token = picked.token
+    RETURNING p.token, p.partition_start, p.watermark, p.read_from, p.attempts, p.lease_expires_at,
+              picked.previous_attempt, picked.previous_state
+), recorded AS (
+    INSERT INTO cdc_attempts (lineage_id, token, attempt, owner, window_end, read_from, watermark_before)
+    SELECT :lineage_id, token, attempts, :owner, CAST(:window_end AS timestamptz), read_from, watermark FROM claimed
+)
+SELECT token, partition_start, watermark, attempts, lease_expires_at, previous_attempt, previous_state
+FROM claimed ORDER BY read_from, token
+"""
+CLAIM_ANY = prepared(
+    "cdc_claim_any", CLAIM.format(stale_states="'SCHEDULED', 'RUNNING'", fresh_states="'READY'", only_named="")
+)
+# A task naming its tokens may take them from SCHEDULED too; then only expired RUNNING ones are stale.
+CLAIM_NAMED = prepared(
+    "cdc_claim_named",
+    CLAIM.format(
+        stale_states="'RUNNING'",
+        fresh_states="'READY', 'SCHEDULED'",
+        only_named="AND token = ANY(CAST(:named AS text[]))",
+    ),
+)
+# One primary-key update per reclaimed token; a join here gets planned as a scan of every attempt.
+EXPIRE_ATTEMPT = sa.text(
+    "UPDATE cdc_attempts SET outcome = 'EXPIRED', ended_at = clock_timestamp(), "
+    "error = 'lease expired; reclaimed by ' || :owner "
+    "WHERE lineage_id = :lineage_id AND token = :token AND attempt = :attempt AND outcome = 'RUNNING'"
+)
+SCHEDULE = sa.text(
+    """
+    WITH picked AS (
+        SELECT token FROM cdc_partitions
+        WHERE lineage_id = :lineage_id AND state = 'READY' AND read_from <= :last
+        ORDER BY read_from, token
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE cdc_partitions p
+    SET state = 'SCHEDULED', scheduled_at = clock_timestamp(), lease_owner = :owner,
+        lease_expires_at = clock_timestamp() + :lease
+    FROM picked WHERE p.lineage_id = :lineage_id AND p.token = picked.token
+    RETURNING p.token
+    """
+)
+OURS = "lineage_id = :lineage_id AND token = :token AND state = 'RUNNING' AND lease_owner = :owner AND attempts = :attempt"
+RENEW = prepared(
+    "cdc_renew",
+    "UPDATE cdc_partitions SET lease_expires_at = clock_timestamp() + CAST(:lease AS interval) "
+    f"WHERE {OURS} RETURNING lease_expires_at",
+)
+EXPIRE = prepared(
+    "cdc_expire",
+    """
+    WITH stale AS (
+        SELECT token FROM cdc_partitions
+        WHERE lineage_id = :lineage_id AND state IN ('SCHEDULED', 'RUNNING') AND lease_expires_at < clock_timestamp()
+        FOR UPDATE SKIP LOCKED
+    ), released AS (
+        UPDATE cdc_partitions p
+        SET state = 'READY', ready_at = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL
+        FROM stale WHERE p.lineage_id = :lineage_id AND p.token = stale.token
+        RETURNING p.token, p.attempts
+    ), closed AS (
+        UPDATE cdc_attempts a SET outcome = 'EXPIRED', ended_at = clock_timestamp(), error = 'lease expired'
+        FROM released r
+        WHERE a.lineage_id = :lineage_id AND a.token = r.token AND a.attempt = r.attempts AND a.outcome = 'RUNNING'
+    )
+    SELECT count(*) FROM released
+    """,
+)
+# The compare-and-set, the attempt row and the manifest in one statement: nothing happens unless
+# `landed` matched, i.e. the claim still holds the token.
+LAND = prepared(
+    "cdc_land",
+    f"""
+    WITH landed AS (
+        UPDATE cdc_partitions
+        SET watermark = greatest(watermark, CAST(:watermark AS timestamptz)),
+            read_from = greatest(read_from, CAST(:watermark AS timestamptz) + interval '1 microsecond'),
+            state = :state,
+            ready_at = CASE WHEN :finished THEN ready_at ELSE clock_timestamp() END,
+            finished_at = CASE WHEN :finished THEN clock_timestamp() ELSE finished_at END,
+            partition_end = CASE WHEN :finished THEN CAST(:end AS timestamptz) ELSE partition_end END,
+            lease_owner = NULL, lease_expires_at = NULL, last_error = NULL
+        WHERE {OURS}
+        RETURNING watermark
+    ), closed AS (
+        UPDATE cdc_attempts a
+        SET outcome = 'COMPLETED', ended_at = clock_timestamp(), watermark_after = landed.watermark,
+            finished = :finished, records = :records, files = :files
+        FROM landed
+        WHERE a.lineage_id = :lineage_id AND a.token = :token AND a.attempt = :attempt
+    ), published AS (
+        INSERT INTO cdc_manifest (lineage_id, path, token, range_start, range_end, window_start, window_end,
+                                  rows, bytes, table_name, attempt)
+        SELECT :lineage_id, f.path, :token, f.range_start, f.range_end, f.window_start, f.window_end,
+               f.rows, f.bytes, f.table_name, :attempt
+        FROM landed CROSS JOIN unnest(
+            CAST(:paths AS text[]), CAST(:range_starts AS timestamptz[]), CAST(:range_ends AS timestamptz[]),
+            CAST(:window_starts AS timestamptz[]), CAST(:window_ends AS timestamptz[]), CAST(:rows AS bigint[]),
+            CAST(:bytes AS bigint[]), CAST(:table_names AS text[])
+        ) AS f(path, range_start, range_end, window_start, window_end, rows, bytes, table_name)
+        ON CONFLICT (lineage_id, path) DO UPDATE
+        SET token = EXCLUDED.token, range_start = EXCLUDED.range_start, range_end = EXCLUDED.range_end,
+            window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end, rows = EXCLUDED.rows,
+            bytes = EXCLUDED.bytes, table_name = EXCLUDED.table_name, attempt = EXCLUDED.attempt,
+            published_at = clock_timestamp()
+    )
+    SELECT watermark FROM landed
+    """,
+)
+# ORDER BY token: concurrent parents insert (and so lock) shared children in one order.
+INSERT_CHILDREN = prepared(
+    "cdc_insert_children",
+    """
+    INSERT INTO cdc_partitions (lineage_id, token, partition_start, read_from, state)
+    SELECT CAST(:lineage_id AS bigint), c.token, c.start, c.start, 'CREATED'
+    FROM unnest(CAST(:tokens AS text[]), CAST(:starts AS timestamptz[])) AS c(token, start)
+    ORDER BY c.token
+    ON CONFLICT (lineage_id, token) DO NOTHING
+    """,
+)
+INSERT_EDGES = prepared(
+    "cdc_insert_edges",
+    """
+    INSERT INTO cdc_partition_parents (lineage_id, child_token, parent_token)
+    SELECT CAST(:lineage_id AS bigint), e.child, e.parent
+    FROM unnest(CAST(:children AS text[]), CAST(:parents AS text[])) AS e(child, parent)
+    ORDER BY e.child, e.parent
+    ON CONFLICT DO NOTHING
+    """,
+)
+# Locking the children first serialises the parents' transactions on them: whichever locks last
+# sees every other parent's FINISHED mark (READ COMMITTED takes a new snapshot per statement).
+LOCK_CREATED_CHILDREN = prepared(
+    "cdc_lock_created_children",
+    """
+    SELECT c.token FROM cdc_partitions c
+    JOIN cdc_partition_parents e ON e.lineage_id = c.lineage_id AND e.child_token = c.token
+    WHERE e.lineage_id = :lineage_id AND e.parent_token = :token AND c.state = 'CREATED'
+    ORDER BY c.token
+    FOR UPDATE OF c
+    """,
+)
+PROMOTE = prepared(
+    "cdc_promote",
+    """
+    UPDATE cdc_partitions c SET state = 'READY', ready_at = clock_timestamp()
+    WHERE c.lineage_id = :lineage_id AND c.token = ANY(CAST(:tokens AS text[])) AND c.state = 'CREATED'
+      AND NOT EXISTS (
+          SELECT 1 FROM cdc_partition_parents e
+          LEFT JOIN cdc_partitions p ON p.lineage_id = e.lineage_id AND p.token = e.parent_token
+          WHERE e.lineage_id = c.lineage_id AND e.child_token = c.token AND p.state IS DISTINCT FROM 'FINISHED')
+    RETURNING c.token
+    """,
+)
+FAIL = prepared(
+    "cdc_fail",
+    f"""
+    WITH released AS (
+        UPDATE cdc_partitions
+        SET state = 'READY', ready_at = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL,
+            last_error = :error
+        WHERE {OURS}
+        RETURNING token
+    ), closed AS (
+        UPDATE cdc_attempts a SET outcome = 'FAILED', ended_at = clock_timestamp(), error = :error
+        FROM released
+        WHERE a.lineage_id = :lineage_id AND a.token = :token AND a.attempt = :attempt
+    )
+    SELECT token FROM released
+    """,
+)
+LEASE_HOLDER = sa.text(
+    "SELECT state, lease_owner, attempts FROM cdc_partitions WHERE lineage_id = :lineage_id AND token = :token"
+)
