@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 import uuid
@@ -30,6 +31,26 @@ log = logging.getLogger(__name__)
 
 LEASE_ENV = "SPANNER_CDC_LEASE_S"
 DEFAULT_LEASE_S = 300.0
+# "<point>[:<n>]": the n-th time the extract reaches <point>, it SIGKILLs its own process (crash tests).
+FAILPOINT_ENV = "SPANNER_CDC_FAILPOINT"
+FAILPOINTS = ("after_job", "after_publish", "after_commit")
+_failpoint_hits: dict[str, int] = {}
+_failpoint_lock = threading.Lock()
+
+
+def failpoint(point: str) -> None:
+    """Die like a crash (no cleanup, no finally blocks) at a named point, when the environment asks for it."""
+    spec = os.environ.get(FAILPOINT_ENV)
+    if not spec:
+        return
+    target, _, nth = spec.partition(":")
+    if target != point:
+        return
+    with _failpoint_lock:
+        _failpoint_hits[point] = hit = _failpoint_hits.get(point, 0) + 1
+    if hit == int(nth or 1):
+        log.warning("failpoint %s reached (hit %d): killing the process", point, hit)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def lease_duration() -> timedelta:
@@ -173,6 +194,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         )
         log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, token[:16], read_from.isoformat(), read_to.isoformat(), claim.attempt)
         summary = run_token_job(job.spark, spec)
+        failpoint("after_job")
         files = publish(
             spec.data_dir,
             job.layout,
@@ -193,6 +215,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
     except Exception as exc:
         _fail(job, claim, exc)
         raise
+    failpoint("after_publish")
     promoted = job.store.complete(
         claim,
         watermark=summary.watermark,
@@ -203,6 +226,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         window_start=job.window_start,
         window_end=job.window_end,
     )
+    failpoint("after_commit")
     clear_journal(job.layout, token)
     clear_staging(attempt_dir)
     elapsed = time.monotonic() - started

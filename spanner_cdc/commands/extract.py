@@ -106,6 +106,7 @@ def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.pipeline import run_window
     from spanner_cdc.spark.session import stop_sessions
 
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are per connection, not ours
     settings = resolve_settings(args)
     start = parse_timestamp(args.window_start, "--window-start")
     end = parse_timestamp(args.window_end, "--window-end")

@@ -164,7 +164,7 @@ def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> ControlSummary:
     frame = spark.read.format(SOURCE_NAME).schema(spark_ddl()).options(**spec.options()).load()
     job_error: Exception | None = None
     try:
-        frame.write.mode("errorifexists").partitionBy(PARTITION_COLUMN).parquet(str(spec.data_dir))
+        frame.write.mode("error").partitionBy(PARTITION_COLUMN).parquet(str(spec.data_dir))
     except Exception as exc:  # pyspark raises its own (classic or Connect) exception types
         job_error = exc
     summary = ControlSummary.read(spec.control_path)

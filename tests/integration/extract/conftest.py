@@ -24,13 +24,16 @@ def store(pg_url: str) -> Iterator[MetadataStore]:
 
 @pytest.fixture
 def extract_settings(store: MetadataStore, pg_url: str, spanner_env: str, tmp_path: Path) -> Callable[..., Settings]:
-    """settings(database_id, stream, **changes) for the pipeline against the run's Spanner, Postgres and Spark."""
+    """settings(database_id, stream, **changes) for the pipeline against the run's Spanner, Postgres and Spark.
+
+    The module shares one metadata store, so each database gets its own lineage namespace.
+    """
 
     def make(database: str, stream: str, **changes: Any) -> Settings:
         values: dict[str, Any] = dict(
             project=PROJECT, instance=INSTANCE, database=database, stream=stream, metadata_url=pg_url,
             output_root=tmp_path / "lake", spark_master=LOCAL_MASTER, emulator_host=spanner_env,
-            heartbeat_ms=1000, concurrency=2, home=tmp_path / "home",
+            heartbeat_ms=1000, concurrency=2, home=tmp_path / "home", namespace=f"ns_{database}",
         )  # fmt: skip
         values.update(changes)
         return Settings(**values)

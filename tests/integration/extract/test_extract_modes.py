@@ -1,0 +1,82 @@
+"""The extract on a real standalone cluster (spark-submit of spark_jobs/extract_token.py) and through Spark Connect."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanner_cdc.lake.layout import LakeLayout
+from spanner_cdc.local_spanner.launcher import LocalSpanner
+from spanner_cdc.spark.launcher import StandaloneCluster, spark_home
+from tests.integration.extract.lake_reading import change_of, published_rows
+from tests.integration.extract.workload import DDL, STREAM, SmallWorkload, cli_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def standalone_cluster() -> Iterator[StandaloneCluster]:
+    with StandaloneCluster(cores=1, memory="1g") as cluster:
+        yield cluster
+
+
+def one_window(database: Any, server: LocalSpanner) -> tuple[SmallWorkload, datetime, datetime]:
+    work = SmallWorkload(database)
+    start = datetime.now(UTC)
+    work.phase(range(0, 6))
+    server.control.split(database.name, STREAM)
+    work.phase(range(6, 12))
+    return work, start, datetime.now(UTC)
+
+
+def check_lake(settings: Any, work: SmallWorkload, summary: dict[str, Any]) -> None:
+    assert summary["complete"] is True and summary["transaction_check"]["ok"] is True
+    assert summary["records"] == len(work.expected)
+    assert Counter(change_of(r) for r in published_rows(settings.output_root)) == Counter(work.expected)
+    marker = Path(summary["marker_path"])
+    assert marker.parent == LakeLayout(settings.output_root, STREAM, settings.namespace).windows_dir and marker.exists()
+
+
+def test_standalone_cluster_through_spark_submit(
+    make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any, standalone_cluster: StandaloneCluster
+) -> None:
+    database = make_spanner_database(DDL)
+    settings = extract_settings(database.database_id, STREAM, spark_master=standalone_cluster.master_url)
+    work, start, end = one_window(database, local_spanner)
+    command = [
+        str(spark_home() / "bin" / "spark-submit"), "--master", standalone_cluster.master_url,
+        "--conf", f"spark.pyspark.python={sys.executable}", "--conf", f"spark.pyspark.driver.python={sys.executable}",
+        "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+        "--conf", "spark.executor.memory=1g", "--conf", "spark.ui.enabled=false",
+        str(REPO / "spark_jobs" / "extract_token.py"),
+        "--window-start", start.isoformat(), "--window-end", end.isoformat(), "--json",
+    ]  # fmt: skip
+    env = cli_env(settings, PYSPARK_PYTHON=sys.executable, SPARK_HOME=str(spark_home()))
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    # spark-submit merges the driver's stderr (log lines) into its stdout: take the JSON object out of it
+    summary, _ = json.JSONDecoder().raw_decode(done.stdout[done.stdout.index("{\n") :])
+    check_lake(settings, work, summary)
+    assert summary["waves"] >= 2
+
+
+def test_spark_connect_through_the_cli(
+    make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any, spark_connect_server: Any
+) -> None:
+    database = make_spanner_database(DDL)
+    settings = extract_settings(database.database_id, STREAM, spark_master=spark_connect_server.url)
+    work, start, end = one_window(database, local_spanner)
+    command = [sys.executable, "-m", "spanner_cdc", "extract", "--window-start", start.isoformat(),
+               "--window-end", end.isoformat(), "--json"]  # fmt: skip
+    done = subprocess.run(command, env=cli_env(settings), capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    check_lake(settings, work, json.loads(done.stdout))
