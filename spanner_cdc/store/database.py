@@ -18,9 +18,9 @@ T = TypeVar("T")
 
 UPGRADE_HINT = "run `spanner-cdc db upgrade`"
 POINT_ELSEWHERE = "start it, or point to another with --metadata-url / SPANNER_CDC_METADATA_URL"
-# deadlock_detected, serialization_failure, a lost prepared statement: the whole transaction is
+# deadlock_detected, serialization_failure, a stale prepared statement: the whole transaction is
 # safe to run again
-RETRYABLE_PGCODES = frozenset({"40P01", "40001", prepared.LOST_PGCODE})
+RETRYABLE_PGCODES = frozenset({"40P01", "40001"}) | prepared.STALE_PGCODES
 UNDEFINED_TABLE = "42P01"
 MAX_ATTEMPTS = 5
 
@@ -92,8 +92,8 @@ class Database:
                     try:
                         return body(conn)
                     except sa.exc.DBAPIError as exc:
-                        if _pgcode(exc) == prepared.LOST_PGCODE:
-                            prepared.forget(conn)
+                        if _pgcode(exc) in prepared.STALE_PGCODES:
+                            prepared.discard(conn)
                         raise
             except sa.exc.DBAPIError as exc:
                 code = _pgcode(exc)

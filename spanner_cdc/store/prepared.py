@@ -9,11 +9,12 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, CursorResult
 
-# `:name` bind parameters, not `::type` casts
-PLACEHOLDER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+# `:name` bind parameters; string literals and `::type` casts are left alone
+PLACEHOLDER = re.compile(r"'[^']*'|(?<![:\w]):([A-Za-z_]\w*)")
 INFO_KEY = "spanner_cdc_prepared"
-# invalid_sql_statement_name: the server lost a statement we prepared (e.g. DISCARD ALL by a pooler)
-LOST_PGCODE = "26000"
+# The session no longer matches what we prepared: invalid_sql_statement_name (a pooler ran DISCARD
+# ALL), or feature_not_supported "cached plan must not change result type" after a schema change.
+STALE_PGCODES = frozenset({"26000", "0A000"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,8 @@ def prepared(name: str, sql: str) -> Prepared:
     names: list[str] = []
 
     def number(match: re.Match[str]) -> str:
+        if match.group(1) is None:
+            return match.group(0)
         if match.group(1) not in names:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
@@ -50,6 +53,7 @@ def execute(conn: Connection, statement: Prepared, params: Mapping[str, Any]) ->
     return conn.exec_driver_sql(statement.execute_sql, {n: params[n] for n in statement.params})
 
 
-def forget(conn: Connection) -> None:
-    """After LOST_PGCODE: prepare again on the next use."""
+def discard(conn: Connection) -> None:
+    """Drop this DBAPI connection, so the retry gets a fresh session that prepares everything again."""
     conn.info.pop(INFO_KEY, None)
+    conn.invalidate()
