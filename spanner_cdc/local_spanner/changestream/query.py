@@ -85,7 +85,7 @@ def read_partition(
     timestamps, records = partition.timestamps, partition.records
     position = bisect_left(timestamps, start)
     covered = start - 1  # every record of the partition <= covered has been yielded
-    last_output = to_us(clock.now())
+    last_output = to_us(clock.now()) - 1  # server time (as a frontier) of the last record yielded
     while not stop.is_set():
         with host.cond:
             _check_alive(stream)
@@ -103,20 +103,19 @@ def read_partition(
                 for index in range(position, upto):
                     yield {"data_change_record": records[index]}
                 position = upto
-                last_output = to_us(clock.now())
+                last_output = limit
             covered = limit
         if partition_end is not None and frontier >= partition_end - 1 and (end is None or end >= partition_end):
             yield _child_partitions_record(stream.partitions, partition)
             return
         if end is not None and frontier >= end:
             return
-        now = to_us(clock.now())
-        if now - last_output >= heartbeat_us and covered >= start:
+        if covered >= start and covered - last_output >= heartbeat_us:
             yield {"heartbeat_record": {"timestamp": from_us(covered)}}
-            last_output = now
+            last_output = covered
             continue
         # wake up for whatever can happen next without a commit: heartbeat, end, partition end, policy
-        targets = [last_output + heartbeat_us if covered >= start else start + 1]
+        targets = [last_output + heartbeat_us + 1 if covered >= start else start + 1]
         if end is not None:
             targets.append(end + 1)
         if partition_end is not None:
