@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from spanner_cdc.local_spanner.changestream.partitions import Partition, from_us, to_us
-from spanner_cdc.local_spanner.changestream.query import StreamState
+from spanner_cdc.local_spanner.changestream.streams import StreamState
 from spanner_cdc.local_spanner.model import ColumnInfo, StreamDef, TableInfo
 
 _ONE_US = timedelta(microseconds=1)

@@ -17,11 +17,11 @@ from spanner_cdc.local_spanner.changestream import codec
 from spanner_cdc.local_spanner.changestream.journal import Journal
 from spanner_cdc.local_spanner.changestream.partitions import KEY_SPACE, Partition, from_us, split_ranges, to_us
 from spanner_cdc.local_spanner.changestream.policy import PartitionPolicy
-from spanner_cdc.local_spanner.changestream.query import StreamState, read_partition, read_roots
+from spanner_cdc.local_spanner.changestream.query import read_partition, read_roots
 from spanner_cdc.local_spanner.changestream.records import build_transaction
+from spanner_cdc.local_spanner.changestream.streams import StreamState, same_definition, validate
 from spanner_cdc.local_spanner.clock import ServerClock
 from spanner_cdc.local_spanner.model import QueryError, RowChange, StreamDef, TableInfo
-from spanner_cdc.records import VALUE_CAPTURE_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,11 @@ class ChangeStreamEngine:
         with self.cond:
             existing = self._streams.get(db, {}).get(stream.name)
             if existing is not None:
-                if _same_definition(existing.definition, stream):
+                if same_definition(existing.definition, stream):
                     return  # replayed DDL after a restart
                 raise QueryError("ALREADY_EXISTS", f"change stream {stream.name} already exists in {db}")
             self._set_tables(db, tables)
-            _validate(stream, self._dbs[db])
+            validate(stream, self._dbs[db])
             created = max(
                 to_us(stream.created_at) if stream.created_at else to_us(self.clock.now()), self._appended + 1
             )
@@ -79,7 +79,7 @@ class ChangeStreamEngine:
         with self.cond:
             state = self._stream(db, stream.name)
             self._set_tables(db, tables)
-            _validate(stream, self._dbs[db])
+            validate(stream, self._dbs[db])
             state.definition = replace(stream, created_at=from_us(state.created))
             self._write({"op": "stream", "db": db, "stream": codec.stream_to_json(state.definition)})
 
@@ -410,27 +410,3 @@ class ChangeStreamEngine:
                 f"the server clock ({self.clock.now()}) is behind the recovered change log "
                 f"({from_us(self._appended)}): create ServerClock(not_before=last commit timestamp)"
             )
-
-
-def _same_definition(a: StreamDef, b: StreamDef) -> bool:
-    return (a.tables, a.value_capture_type, a.retention, dict(a.options)) == (
-        b.tables,
-        b.value_capture_type,
-        b.retention,
-        dict(b.options),
-    )
-
-
-def _validate(stream: StreamDef, tables: Mapping[str, TableInfo]) -> None:
-    if stream.value_capture_type not in VALUE_CAPTURE_TYPES:
-        raise QueryError(
-            "INVALID_ARGUMENT",
-            f"value_capture_type={stream.value_capture_type!r}: expected one of {', '.join(VALUE_CAPTURE_TYPES)}",
-        )
-    for table, columns in (stream.tables or {}).items():
-        if table not in tables:
-            raise QueryError("NOT_FOUND", f"change stream {stream.name}: table {table} does not exist")
-        known = {c.name for c in tables[table].columns}
-        for column in columns or ():
-            if column not in known:
-                raise QueryError("NOT_FOUND", f"change stream {stream.name}: column {table}.{column} does not exist")

@@ -5,31 +5,17 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from spanner_cdc.local_spanner.changestream.partitions import Partition, PartitionSet, from_us, to_us
+from spanner_cdc.local_spanner.changestream.streams import StreamState
 from spanner_cdc.local_spanner.clock import ServerClock
-from spanner_cdc.local_spanner.model import QueryError, StreamDef
+from spanner_cdc.local_spanner.model import QueryError
 
 # Upper bound of one wait, so a cancelled query (stop set) ends quickly even when nothing happens.
 MAX_WAIT_SECONDS = 0.05
 MIN_WAIT_SECONDS = 0.0002
 FIRST_SEQUENCE = "00000000"
-
-
-@dataclass(eq=False)
-class StreamState:
-    """One change stream of one database: its definition and partitions."""
-
-    db: str
-    definition: StreamDef
-    created: int  # µs
-    partitions: PartitionSet = field(default_factory=PartitionSet)
-    minted: int = 0  # partitions created so far, numbers the next token
-    events_done: int = 0  # time-based policy events consumed
-    last_reshape: int = 0  # µs of the latest split or merge
-    dropped: bool = False
 
 
 class QueryHost(Protocol):
