@@ -34,6 +34,7 @@ from spanner_cdc.store.transition_sql import (
 log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000
 
+
 def _claim_key(claim: Claim) -> dict[str, object]:
     return {"lineage_id": claim.lineage_id, "token": claim.token, "owner": claim.owner, "attempt": claim.attempt}
 
@@ -143,15 +144,16 @@ class PartitionTransitions(StoreBase):
         new_children = _children_of(claim.token, children)
         end = min((record.start_timestamp for record in children), default=watermark + rules.ONE_MICROSECOND)
         key = _claim_key(claim)
+        arrays = _manifest_arrays(files, window_start, window_end)
         params = {
             **key,
-            **_manifest_arrays(files, window_start, window_end),
+            **arrays,
             "watermark": watermark,
             "state": str(rules.State.FINISHED if finished else rules.State.READY),
             "finished": finished,
             "end": end,
             "records": records,
-            "files": len(files),
+            "files": len(arrays["paths"]),
         }
 
         def body(conn: Connection) -> list[str]:
