@@ -29,20 +29,10 @@ RowMapper = Callable[[Sequence[Any]], list[ChangeRecord]]
 
 RECORD_KINDS = ("data_change_record", "heartbeat_record", "child_partitions_record")
 DATA_CHANGE_FIELDS = (
-    "commit_timestamp",
-    "record_sequence",
-    "server_transaction_id",
-    "is_last_record_in_transaction_in_partition",
-    "table_name",
-    "column_types",
-    "mods",
-    "mod_type",
-    "value_capture_type",
-    "number_of_records_in_transaction",
-    "number_of_partitions_in_transaction",
-    "transaction_tag",
-    "is_system_transaction",
-)
+    "commit_timestamp", "record_sequence", "server_transaction_id", "is_last_record_in_transaction_in_partition",
+    "table_name", "column_types", "mods", "mod_type", "value_capture_type", "number_of_records_in_transaction",
+    "number_of_partitions_in_transaction", "transaction_tag", "is_system_transaction",
+)  # fmt: skip
 COLUMN_TYPE_FIELDS = ("name", "type", "is_primary_key", "ordinal_position")
 MOD_FIELDS = ("keys", "new_values", "old_values")
 HEARTBEAT_FIELDS = ("timestamp",)
@@ -156,20 +146,10 @@ def _parse_timestamp(value: Any, name: str) -> datetime:
 
 
 def _data_change(
-    commit_timestamp: datetime,
-    record_sequence: Any,
-    server_transaction_id: Any,
-    is_last: Any,
-    table_name: Any,
-    column_types: tuple[ColumnType, ...],
-    mods: tuple[Mod, ...],
-    mod_type: Any,
-    value_capture_type: Any,
-    records_in_transaction: Any,
-    partitions_in_transaction: Any,
-    transaction_tag: Any,
-    is_system_transaction: Any,
-) -> DataChangeRecord:
+    commit_timestamp: datetime, record_sequence: Any, server_transaction_id: Any, is_last: Any, table_name: Any,
+    column_types: tuple[ColumnType, ...], mods: tuple[Mod, ...], mod_type: Any, value_capture_type: Any,
+    records_in_transaction: Any, partitions_in_transaction: Any, transaction_tag: Any, is_system_transaction: Any,
+) -> DataChangeRecord:  # fmt: skip
     if mod_type not in _MOD_TYPES:
         raise _Malformed(f"unknown mod_type {mod_type!r}")
     if value_capture_type not in _VALUE_CAPTURE_TYPES:
@@ -249,25 +229,18 @@ def _parent_tokens(value: Any) -> tuple[str, ...]:
 # ---- GoogleSQL: STRUCTs arrive as positional lists, names only in the result metadata --------
 
 
-def _struct_fields(field_type: Any, what: str) -> list[str]:
-    """Names of an ARRAY<STRUCT<...>> type's struct fields."""
+def _struct_of(field_type: Any, what: str) -> dict[str, Any]:
+    """An ARRAY<STRUCT<...>> type's struct fields: name -> (position, type)."""
     if field_type.code != TypeCode.ARRAY or field_type.array_element_type.code != TypeCode.STRUCT:
         raise SourceError(f"unexpected result metadata: {what} is not an ARRAY<STRUCT>", raw=str(field_type))
-    return [f.name for f in field_type.array_element_type.struct_type.fields]
+    return {f.name: (i, f.type_) for i, f in enumerate(field_type.array_element_type.struct_type.fields)}
 
 
-def _struct_type(field_type: Any, name: str) -> Any:
-    for f in field_type.array_element_type.struct_type.fields:
-        if f.name == name:
-            return f.type_
-    raise SourceError(f"unexpected result metadata: no field {name}", raw=str(field_type))
-
-
-def _positions(names: list[str], wanted: Sequence[str], what: str, raw: Any) -> list[int]:
-    missing = [name for name in wanted if name not in names]
+def _positions(struct: dict[str, Any], wanted: Sequence[str], what: str) -> list[int]:
+    missing = [name for name in wanted if name not in struct]
     if missing:
-        raise SourceError(f"unexpected result metadata: {what} lacks {', '.join(missing)}", raw=str(raw))
-    return [names.index(name) for name in wanted]
+        raise SourceError(f"unexpected result metadata: {what} lacks {', '.join(missing)}", raw=str(list(struct)))
+    return [struct[name][0] for name in wanted]
 
 
 def _googlesql_mapper(fields: Sequence[Any]) -> RowMapper:
@@ -275,28 +248,24 @@ def _googlesql_mapper(fields: Sequence[Any]) -> RowMapper:
     column = names.index("ChangeRecord") if "ChangeRecord" in names else (0 if len(names) == 1 else -1)
     if column < 0:
         raise SourceError("unexpected result metadata: no ChangeRecord column", raw=str(list(fields)))
-    record_type = fields[column].type_
-    outer_names = _struct_fields(record_type, "ChangeRecord")
-    kinds = [name for name in outer_names if name in RECORD_KINDS]
-    if not kinds:
-        raise SourceError("unexpected result metadata: ChangeRecord holds no known record kind", raw=str(record_type))
-    unknown = [i for i, name in enumerate(outer_names) if name not in RECORD_KINDS]
-    dcr_at = hb_at = cp_at = -1
-    if "data_change_record" in outer_names:
-        dcr_type = _struct_type(record_type, "data_change_record")
-        dcr_at = outer_names.index("data_change_record")
-        dcr = _positions(_struct_fields(dcr_type, "data_change_record"), DATA_CHANGE_FIELDS, "data_change_record", dcr_type)
-        ct = _positions(_struct_fields(_struct_type(dcr_type, "column_types"), "column_types"), COLUMN_TYPE_FIELDS, "column_types", dcr_type)
-        md = _positions(_struct_fields(_struct_type(dcr_type, "mods"), "mods"), MOD_FIELDS, "mods", dcr_type)
-    if "heartbeat_record" in outer_names:
-        hb_type = _struct_type(record_type, "heartbeat_record")
-        hb_at = outer_names.index("heartbeat_record")
-        (hb_ts,) = _positions(_struct_fields(hb_type, "heartbeat_record"), HEARTBEAT_FIELDS, "heartbeat_record", hb_type)
-    if "child_partitions_record" in outer_names:
-        cp_type = _struct_type(record_type, "child_partitions_record")
-        cp_at = outer_names.index("child_partitions_record")
-        cp = _positions(_struct_fields(cp_type, "child_partitions_record"), CHILD_PARTITIONS_FIELDS, "child_partitions_record", cp_type)
-        ch = _positions(_struct_fields(_struct_type(cp_type, "child_partitions"), "child_partitions"), CHILD_PARTITION_FIELDS, "child_partitions", cp_type)
+    outer = _struct_of(fields[column].type_, "ChangeRecord")
+    if not set(outer) & set(RECORD_KINDS):
+        raise SourceError("unexpected result metadata: ChangeRecord holds no known record kind", raw=str(list(outer)))
+    unknown = [i for name, (i, _) in outer.items() if name not in RECORD_KINDS]
+    dcr_at, hb_at, cp_at = (outer[kind][0] if kind in outer else -1 for kind in RECORD_KINDS)
+    dcr, ct, md = list(range(13)), list(range(4)), list(range(3))  # unused unless the kind is in the metadata
+    hb_ts, cp, ch = 0, list(range(3)), list(range(2))
+    if dcr_at >= 0:
+        dcr_struct = _struct_of(outer["data_change_record"][1], "data_change_record")
+        dcr = _positions(dcr_struct, DATA_CHANGE_FIELDS, "data_change_record")
+        ct = _positions(_struct_of(dcr_struct["column_types"][1], "column_types"), COLUMN_TYPE_FIELDS, "column_types")
+        md = _positions(_struct_of(dcr_struct["mods"][1], "mods"), MOD_FIELDS, "mods")
+    if hb_at >= 0:
+        (hb_ts,) = _positions(_struct_of(outer["heartbeat_record"][1], "heartbeat_record"), HEARTBEAT_FIELDS, "heartbeat_record")
+    if cp_at >= 0:
+        cp_struct = _struct_of(outer["child_partitions_record"][1], "child_partitions_record")
+        cp = _positions(cp_struct, CHILD_PARTITIONS_FIELDS, "child_partitions_record")
+        ch = _positions(_struct_of(cp_struct["child_partitions"][1], "child_partitions"), CHILD_PARTITION_FIELDS, "child_partitions")
 
     i_name, i_type, i_pk, i_pos = ct
     i_keys, i_new, i_old = md
@@ -428,11 +397,6 @@ class _PostgresqlRecords:
             raise SourceError(f"malformed change record ({type(exc).__name__}: {exc})", raw=value) from None
 
 
-def map_postgresql_value(value: Any) -> ChangeRecord:
-    """One decoded JSON column value (an object with exactly one record kind) -> one record."""
-    return _PostgresqlRecords()(value)
-
-
 def _postgresql_mapper(fields: Sequence[Any]) -> RowMapper:
     if len(fields) != 1 or fields[0].type_.code != TypeCode.JSON:
         raise SourceError("unexpected result metadata: expected one JSON column", raw=str(list(fields)))
@@ -446,4 +410,4 @@ def _postgresql_mapper(fields: Sequence[Any]) -> RowMapper:
     return map_row
 
 
-__all__ = ["GOOGLE_STANDARD_SQL", "POSTGRESQL", "RowMapper", "lazy_decode", "map_postgresql_value", "row_mapper"]
+__all__ = ["GOOGLE_STANDARD_SQL", "POSTGRESQL", "RowMapper", "lazy_decode", "row_mapper"]
