@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -103,6 +104,31 @@ class WorkerPool:
             proc.join(timeout=60)
 
 
+def _backend_cpu(store: MetadataStore) -> float:
+    """CPU seconds used so far by every Postgres backend serving the store's database (Linux /proc)."""
+    with store._db.engine.connect() as conn:
+        pids = conn.exec_driver_sql(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'"
+        ).scalars().all()
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_transition(store: MetadataStore, tokens: int) -> tuple[float, float]:
+    """Client and server CPU milliseconds per claim+complete, independent of what else runs on the machine."""
+    lineage_id = _new_lineage(store, tokens)
+    client, server = time.process_time(), _backend_cpu(store)
+    count = _drain(store, lineage_id, "cpu", 1, False)
+    client, server = time.process_time() - client, _backend_cpu(store) - server
+    return 1000 * client / count, 1000 * server / count
+
+
 def _bare(store: MetadataStore, count: int) -> float:
     """Empty transactions on the same engine: the floor every store call pays (pool check-out, ping, commit)."""
 
@@ -114,7 +140,7 @@ def _bare(store: MetadataStore, count: int) -> float:
     return _rate(run)
 
 
-def measure(url: str, tokens: int, workers: int, rounds: int) -> dict[str, list[float]]:
+def measure(url: str, tokens: int, workers: int, rounds: int) -> tuple[dict[str, list[float]], list[tuple[float, float]]]:
     """Every scenario once per round, interleaved, so a busy machine slows them all alike."""
     store = MetadataStore.connect(url)
     store.upgrade()
@@ -134,14 +160,17 @@ def measure(url: str, tokens: int, workers: int, rounds: int) -> dict[str, list[
     scenarios[f"{workers} processes, one per claim"] = lambda: pool.drain(_new_lineage(store, tokens))
     scenarios["bare SELECT 1 transaction (floor)"] = lambda: _bare(store, tokens)
     rates: dict[str, list[float]] = {name: [] for name in scenarios}
+    cpu: list[tuple[float, float]] = []
     try:
         for _ in range(rounds):
             for name, scenario in scenarios.items():
                 rates[name].append(scenario())
+            if Path("/proc/self/stat").exists():
+                cpu.append(cpu_per_transition(store, tokens))
     finally:
         pool.close()
         store.close()
-    return rates
+    return rates, cpu
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             server = ensure_running(Path(tmp) / "postgres")
             url, where = server.create_database("bench_store"), "the embedded Postgres (fsync=off)"
         try:
-            rates = measure(url, args.tokens, args.workers, args.rounds)
+            rates, cpu = measure(url, args.tokens, args.workers, args.rounds)
         finally:
             if server is not None:
                 server.stop()
@@ -179,6 +208,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"one claim+complete costs {bare / single:.1f} bare transactions (same run)")
     verdict = "meets" if single >= TARGET else "MISSES"
     print(f"single-worker claim+complete: {single:.0f}/s {verdict} the target of {TARGET:.0f}/s")
+    if cpu:
+        client = statistics.median(c for c, _ in cpu)
+        server = statistics.median(s for _, s in cpu)
+        capacity = 1000 / (client + server)
+        print(
+            f"CPU per claim+complete: client {client:.2f} ms + Postgres {server:.2f} ms, so one worker can do "
+            f"{capacity:.0f}/s ({capacity / TARGET:.2f}x target) when it has the CPU (wall-clock figures above "
+            f"fall when other work shares the machine; load average now {os.getloadavg()[0]:.1f})"
+        )
     print(f"command: {COMMAND} --tokens {args.tokens} --rounds {args.rounds} --workers {args.workers}")
     return 0
 
