@@ -1,0 +1,52 @@
+"""`spanner-cdc local-spanner split|merge|fail|status` against a running server."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from spanner_cdc.cli import main
+from spanner_cdc.local_spanner.launcher import LocalSpanner
+from tests.integration.local_spanner.reading import query_partition
+
+pytestmark = pytest.mark.integration
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else err)
+
+
+def test_split_then_merge_on_demand(make_spanner_database: Any, local_spanner: LocalSpanner, capsys: pytest.CaptureFixture[str]) -> None:
+    database = make_spanner_database(["CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)", "CREATE CHANGE STREAM S FOR ALL"])
+    target = ["--host", local_spanner.host, "--database", database.name, "--stream", "S"]
+    code, split = run(capsys, "local-spanner", "split", *target)
+    assert code == 0 and len(split["children"]) == 2
+    code, merged = run(capsys, "local-spanner", "merge", *target, "--token", split["children"][0], "--token", split["children"][1])
+    assert code == 0
+    now = datetime.now(UTC)
+    (roots,) = query_partition(database, "S", now, now, None, postgres=False)
+    alive = {c["token"] for c in roots["child_partitions_record"]["child_partitions"]}
+    assert merged["child"] in alive and not alive & set(split["children"])
+
+
+def test_unknown_stream_is_one_clear_error_line(make_spanner_database: Any, local_spanner: LocalSpanner, capsys: pytest.CaptureFixture[str]) -> None:
+    database = make_spanner_database(["CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)"])
+    code, err = run(capsys, "local-spanner", "split", "--host", local_spanner.host, "--database", database.name, "--stream", "Nope")
+    assert code == 1
+    assert err.startswith("spanner-cdc: error: local Spanner server at") and "NOT_FOUND" in err and "Nope" in err
+    assert err.count("\n") == 1
+
+
+def test_fail_arms_faults_and_status_reports_them(local_spanner: LocalSpanner, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        assert run(capsys, "local-spanner", "fail", "--host", local_spanner.host, "--reads", "2", "--after-rows", "3") == (0, {"armed": 2, "after_rows": 3})
+        code, status = run(capsys, "local-spanner", "status", "--host", local_spanner.host)
+        assert code == 0 and status["pending_failures"] == 2
+    finally:
+        local_spanner.control.fail_next_reads(reads=0)
+    assert local_spanner.control.status()["pending_failures"] == 0
