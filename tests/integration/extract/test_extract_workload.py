@@ -1,0 +1,115 @@
+"""Three consecutive windows of the seeded workload, with the server's own splits and merges, against its ground truth."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from spanner_cdc.lake.layout import LakeLayout, published_files
+from spanner_cdc.local_spanner import workload
+from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
+from spanner_cdc.local_spanner.workload_schema import TABLES_BY_NAME, comparable, parse_timestamp
+from spanner_cdc.pipeline import run_window
+from spanner_cdc.store import MetadataStore
+from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
+from tests.integration.extract.lake_reading import plain_utc, published_rows
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+STREAM = "workload_stream"
+# 10 server minutes per real second: the default partition policy splits or merges every 20 server
+# minutes, so three 30-minute windows see several lineage changes in ~9 real seconds of writes.
+CLOCK_RATE = 600.0
+WINDOW = timedelta(minutes=30)
+
+
+@pytest.fixture(scope="module")
+def fast_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSpanner]:
+    with LocalSpanner(clock_rate=CLOCK_RATE, log_path=tmp_path_factory.mktemp("fast-spanner") / "server.log") as server:
+        yield server
+
+
+def _json(types: dict[str, Any], values: dict[str, Any]) -> str:
+    return json.dumps({k: comparable(types[k], v) for k, v in values.items()}, sort_keys=True, default=str)
+
+
+def truth_key(row: workload.GroundTruthRow) -> tuple[Any, ...]:
+    table = TABLES_BY_NAME[row.table]
+    types = {c.name: c.type for c in (*table.keys, *table.values)}
+    return (plain_utc(row.commit_timestamp), row.table, row.mod_type, _json(types, row.keys),
+            _json(types, row.new_values), _json(types, row.old_values), row.transaction_tag)  # fmt: skip
+
+
+def lake_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    types = {c["name"]: c["type"] for c in json.loads(row["column_types"])}
+    return (plain_utc(row["commit_timestamp"]), row["object"], row["change_type"],
+            *(_json(types, json.loads(row[part])) for part in ("keys", "new_values", "old_values")),
+            row["transaction_tag"])  # fmt: skip
+
+
+def floor_to(value: datetime, step: timedelta) -> datetime:
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return epoch + ((value - epoch) // step) * step
+
+
+def test_three_windows_land_every_committed_change_exactly_once(
+    fast_server: LocalSpanner, extract_settings: Any, store: MetadataStore, pg_url: str, spark: Any,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", fast_server.host)
+    database = create_database(fast_server.host, PROJECT, INSTANCE, unique_database_id("x"), (), "GOOGLE_STANDARD_SQL")
+    workload.setup_database(database, "GOOGLE_STANDARD_SQL", STREAM)
+    created = parse_timestamp(fast_server.control.status()["now"])
+    first = floor_to(created, WINDOW)  # begins before the stream existed: the extract starts at its creation
+    bounds = [first + n * WINDOW for n in range(4)]
+    truth_path = tmp_path / "truth.jsonl"
+    # paced to fill the three windows (90 server minutes = 9 real seconds at 600x) whatever the machine's speed
+    seconds = (bounds[-1] - created).total_seconds() / CLOCK_RATE
+    stats = workload.run_workload(database, transactions=int(seconds * 150), tx_per_second=150, seed=7, ground_truth=truth_path)
+    truth = [row for row in workload.load_ground_truth(truth_path) if row.commit_timestamp < bounds[-1]]
+    assert stats.last_commit is not None and len(truth) > 1000
+    settings = extract_settings(database.database_id, STREAM, emulator_host=fast_server.host, concurrency=2)
+
+    summaries = [run_window(settings, start, end) for start, end in zip(bounds, bounds[1:], strict=False)]
+
+    for summary in summaries:
+        assert summary.complete, summary
+        check = summary.transaction_check
+        assert check["ok"] and check["mismatched"] == 0 and check["duplicate_rows"] == 0 and check["transactions"] > 0
+        assert Path(summary.marker_path).exists()
+    assert max(s.waves for s in summaries) >= 2  # children born in a window were read in the same run
+    rows = published_rows(settings.output_root)
+    # every committed mod landed exactly once, with its values and change type
+    assert Counter(lake_key(r) for r in rows) == Counter(truth_key(row) for row in truth)
+    assert len({r["uuid"] for r in rows}) == len(rows)
+    assert sum(s.records for s in summaries) == len(truth)
+    for summary, (start, end) in zip(summaries, zip(bounds, bounds[1:], strict=False), strict=True):
+        in_window = [r for r in rows if start <= r["commit_timestamp"] < end]
+        assert len(in_window) == summary.records and all(r["window_start"] == start for r in in_window)
+    root = LakeLayout(settings.output_root, STREAM, settings.namespace).root
+    lineage = store.get_lineage(STREAM, settings.namespace)
+    assert {str(p) for p in published_files(root)} == {f.path for f in store.manifest(lineage.id)}
+    assert [w.state for w in store.windows(lineage.id)] == ["COMPLETE"] * 3
+    # the lineage changed, and every child was read only after all of its parents had finished
+    graph = store.graph(lineage.id)
+    assert any(len(node.parents) == 1 for node in graph.nodes) and any(len(node.parents) >= 2 for node in graph.nodes)
+    engine = sa.create_engine(pg_url)
+    with engine.connect() as conn:
+        first_read = dict(
+            conn.execute(
+                sa.text("SELECT token, min(started_at) FROM cdc_attempts WHERE lineage_id = :id GROUP BY token"),
+                {"id": lineage.id},
+            ).all()
+        )
+    engine.dispose()
+    finished = {node.token: node.finished_at for node in graph.nodes}
+    for node in graph.nodes:
+        for parent in node.parents:
+            assert finished[parent] is not None and first_read[node.token] >= finished[parent], (node.token, parent)
