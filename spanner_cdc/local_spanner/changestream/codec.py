@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -54,15 +55,94 @@ def stream_from_json(data: dict[str, Any]) -> StreamDef:
     )
 
 
-def record_to_json(record: dict[str, Any]) -> dict[str, Any]:
-    """A data change record without its commit timestamp (the journal entry carries it once)."""
-    return {k: v for k, v in record.items() if k != "commit_timestamp"}
+class CommitCodec:
+    """Compact journal form of one commit's records: the fields shared by a transaction are stored once,
+    and each distinct column_types list once (a "types" entry) and then by number."""
+
+    def __init__(self) -> None:
+        self._ids: dict[int, tuple[list[Any], int]] = {}
+        self.types: list[list[Any]] = []
+
+    def encode(self, db: str, ts: int, built: dict[str, list[tuple[str, dict[str, Any]]]]) -> list[dict[str, Any]]:
+        """Journal entries (new column types first) for `built`: stream -> [(token, record)]."""
+        entries: list[dict[str, Any]] = []
+        streams: dict[str, Any] = {}
+        first: dict[str, Any] = {}
+        for name, records in built.items():
+            first = records[0][1]
+            streams[name] = [
+                first["number_of_records_in_transaction"],
+                first["number_of_partitions_in_transaction"],
+                [
+                    [
+                        token,
+                        r["record_sequence"],
+                        r["is_last_record_in_transaction_in_partition"],
+                        r["table_name"],
+                        self._type_id(r["column_types"], entries),
+                        r["mod_type"],
+                        r["value_capture_type"],
+                        [[m["keys"], m["new_values"], m["old_values"]] for m in r["mods"]],
+                    ]
+                    for token, r in records
+                ],
+            ]
+        commit = {
+            "op": "commit",
+            "ts": ts,
+            "db": db,
+            "tx": first["server_transaction_id"],
+            "tag": first["transaction_tag"],
+            "streams": streams,
+        }
+        return [*entries, commit]
+
+    def _type_id(self, column_types: list[Any], entries: list[dict[str, Any]]) -> int:
+        known = self._ids.get(id(column_types))
+        if known is not None and known[0] is column_types:
+            return known[1]
+        number = len(self.types)
+        self.types.append(column_types)
+        self._ids[id(column_types)] = (column_types, number)
+        entries.append({"op": "types", "db": "", "id": number, "column_types": column_types})
+        return number
+
+    def decode(self, entry: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """(stream, token, record) of a commit entry."""
+        commit_timestamp = from_us(entry["ts"])
+        for name, (n_records, n_partitions, records) in entry["streams"].items():
+            for token, sequence, is_last, table, type_id, mod_type, capture, mods in records:
+                yield (
+                    name,
+                    token,
+                    {
+                        "commit_timestamp": commit_timestamp,
+                        "record_sequence": sequence,
+                        "server_transaction_id": entry["tx"],
+                        "is_last_record_in_transaction_in_partition": is_last,
+                        "table_name": table,
+                        "column_types": self.types[type_id],
+                        "mods": [{"keys": k, "new_values": n, "old_values": o} for k, n, o in mods],
+                        "mod_type": mod_type,
+                        "value_capture_type": capture,
+                        "number_of_records_in_transaction": n_records,
+                        "number_of_partitions_in_transaction": n_partitions,
+                        "transaction_tag": entry["tag"],
+                        "is_system_transaction": False,
+                    },
+                )
+
+    def learn(self, entry: dict[str, Any]) -> None:
+        """Replay a "types" entry."""
+        assert entry["id"] == len(self.types), "column types out of order in the journal"
+        self.types.append(entry["column_types"])
 
 
 def apply(
     entry: dict[str, Any],
     dbs: dict[str, dict[str, TableInfo]],
     streams: dict[str, dict[str, StreamState]],
+    commits: CommitCodec,
     period: int,
 ) -> None:
     """Replay one journal entry onto the engine's state."""
@@ -90,12 +170,10 @@ def apply(
         state.last_reshape = entry["at"]
     elif op == "events":
         streams[db][entry["stream"]].events_done = entry["done"]
+    elif op == "types":
+        commits.learn(entry)
     elif op == "commit":
-        ts = entry["ts"]
-        commit_timestamp = from_us(ts)
-        for name, built in entry["streams"].items():
-            state = streams[db][name]
-            for token, record in built:
-                state.partitions.by_token[token].append(ts, {"commit_timestamp": commit_timestamp, **record}, period)
+        for name, token, record in commits.decode(entry):
+            streams[db][name].partitions.by_token[token].append(entry["ts"], record, period)
     else:
         raise ValueError(f"unknown changestream journal entry {op!r}")

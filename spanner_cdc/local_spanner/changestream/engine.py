@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
 import logging
 import threading
@@ -18,7 +19,7 @@ from spanner_cdc.local_spanner.changestream.journal import Journal
 from spanner_cdc.local_spanner.changestream.partitions import KEY_SPACE, Partition, from_us, split_ranges, to_us
 from spanner_cdc.local_spanner.changestream.policy import PartitionPolicy
 from spanner_cdc.local_spanner.changestream.query import read_partition, read_roots
-from spanner_cdc.local_spanner.changestream.records import build_transaction
+from spanner_cdc.local_spanner.changestream.records import ColumnTypesCache, build_transaction
 from spanner_cdc.local_spanner.changestream.streams import StreamState, same_definition, validate
 from spanner_cdc.local_spanner.clock import ServerClock
 from spanner_cdc.local_spanner.model import QueryError, RowChange, StreamDef, TableInfo
@@ -45,6 +46,8 @@ class ChangeStreamEngine:
         self._pending: tuple[int, float] | None = None  # (issued timestamp, real time first seen)
         self._version = 0
         self._journal: Journal | None = None
+        self._column_types = ColumnTypesCache()
+        self._commit_codec = codec.CommitCodec()
         if data_dir is not None:
             self._journal = Journal(Path(data_dir) / "changestreams")
             self._recover(self._journal)
@@ -123,7 +126,7 @@ class ChangeStreamEngine:
     ) -> None:
         commit_timestamp = from_us(ts)
         period = self.policy.split_period_us
-        logged: dict[str, list[Any]] = {}
+        logged: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         touched: list[tuple[StreamState, dict[str, Partition]]] = []
         for state in streams:
             if ts < state.created:
@@ -136,15 +139,17 @@ class ChangeStreamEngine:
                 commit_timestamp=commit_timestamp,
                 server_transaction_id=transaction_id,
                 transaction_tag=tag,
+                types=self._column_types,
             )
             if not built:
                 continue
             for partition, record in built:
                 partition.append(ts, record, period)
-            logged[state.definition.name] = [[p.token, codec.record_to_json(r)] for p, r in built]
+            logged[state.definition.name] = [(p.token, r) for p, r in built]
             touched.append((state, {p.token: p for p, _ in built}))
-        if logged:
-            self._write({"op": "commit", "ts": ts, "db": db, "streams": logged})
+        if logged and self._journal is not None:
+            for entry in self._commit_codec.encode(db, ts, logged):
+                self._journal.write(entry)
         for state, partitions in touched:
             self._split_hot_locked(state, partitions.values())
 
@@ -395,10 +400,18 @@ class ChangeStreamEngine:
 
     def _recover(self, journal: Journal) -> None:
         period = self.policy.split_period_us
-        for entry in journal.replay():
-            codec.apply(entry, self._dbs, self._streams, period)
-            if entry["op"] == "commit":
-                self._appended = max(self._appended, entry["ts"])
+        # Replay creates millions of long-lived objects: the cyclic collector would rescan them over
+        # and over (quadratic); none of them form cycles worth collecting meanwhile.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for entry in journal.replay():
+                codec.apply(entry, self._dbs, self._streams, self._commit_codec, period)
+                if entry["op"] == "commit":
+                    self._appended = max(self._appended, entry["ts"])
+        finally:
+            if collecting:
+                gc.enable()
         self._frontier = self._appended
         last = self.clock.last_commit_timestamp
         if (

@@ -17,48 +17,50 @@ JOURNAL_NAME = "journal.jsonl"
 class Journal:
     """Every state change is one line; replaying the lines in order rebuilds the engine.
 
-    A torn last line (a crash in the middle of a write) is cut off on open, so the file stays a
-    sequence of whole entries."""
+    A torn last line (a crash in the middle of a write) is cut off before the first new write, so
+    the file stays a sequence of whole entries."""
 
     def __init__(self, directory: Path, *, fsync: bool = False) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / JOURNAL_NAME
         self._fsync = fsync
-        self._entries, good_size = self._load()
-        with open(self.path, "ab") as handle:
-            if handle.tell() != good_size:
-                log.warning("changestream journal %s: cutting a torn last entry at byte %s", self.path, good_size)
-                handle.truncate(good_size)
-        self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for appends
-
-    def _load(self) -> tuple[list[dict[str, Any]], int]:
-        if not self.path.exists():
-            return [], 0
-        entries: list[dict[str, Any]] = []
-        good = 0
-        with open(self.path, "rb") as handle:
-            for line in handle:
-                if not line.endswith(b"\n"):
-                    break
-                try:
-                    entries.append(json.loads(line))
-                except ValueError:
-                    break
-                good += len(line)
-        return entries, good
+        self._good_size: int | None = None  # bytes of whole entries, known once replayed
+        self._file: IO[str] | None = None
 
     def replay(self) -> Iterator[dict[str, Any]]:
-        """The entries found on open, once (memory is released as they are consumed)."""
-        entries, self._entries = self._entries, []
-        yield from entries
+        """The entries in the file, streamed (the file can be larger than what fits in memory twice)."""
+        good = 0
+        if self.path.exists():
+            with open(self.path, "rb") as handle:
+                for line in handle:
+                    if not line.endswith(b"\n"):
+                        break
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        break
+                    good += len(line)
+                    yield entry
+        self._good_size = good
 
     def write(self, entry: dict[str, Any]) -> None:
         if self._file is None:
-            raise RuntimeError(f"journal {self.path} is closed")
+            self._open()
+        assert self._file is not None
         self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
         self._file.flush()
         if self._fsync:
             os.fsync(self._file.fileno())
+
+    def _open(self) -> None:
+        if self._good_size is None:
+            for _ in self.replay():
+                pass
+        with open(self.path, "ab") as handle:
+            if handle.tell() != self._good_size:
+                log.warning("changestream journal %s: cutting a torn last entry at byte %s", self.path, self._good_size)
+                handle.truncate(self._good_size)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for appends
 
     def close(self) -> None:
         if self._file is not None:

@@ -60,6 +60,22 @@ def column_types(table: TableInfo, present: Sequence[str]) -> list[dict[str, Any
     ]
 
 
+class ColumnTypesCache:
+    """One shared column_types list per table version and column set: records share it (read-only),
+    which saves memory and lets the journal store it once."""
+
+    def __init__(self) -> None:
+        self._lists: dict[tuple[int, tuple[str, ...]], tuple[TableInfo, list[dict[str, Any]]]] = {}
+
+    def get(self, table: TableInfo, present: tuple[str, ...]) -> list[dict[str, Any]]:
+        hit = self._lists.get((id(table), present))
+        if hit is not None and hit[0] is table:
+            return hit[1]
+        value = column_types(table, present)
+        self._lists[(id(table), present)] = (table, value)
+        return value
+
+
 def build_transaction(
     stream: StreamDef,
     tables: Mapping[str, TableInfo],
@@ -69,6 +85,7 @@ def build_transaction(
     commit_timestamp: datetime,
     server_transaction_id: str,
     transaction_tag: str,
+    types: ColumnTypesCache | None = None,
 ) -> list[tuple[Partition, dict[str, Any]]]:
     """The stream's records of one commit, each with the partition it belongs to, in sequence order.
 
@@ -76,6 +93,7 @@ def build_transaction(
     record; the order of changes within a partition is kept, so replaying records by sequence
     reproduces the commit."""
     capture = stream.value_capture_type
+    types = types or ColumnTypesCache()
     groups: list[tuple[Partition, TableInfo, str, tuple[str, ...], list[dict[str, Any]]]] = []
     open_group: dict[str, int] = {}  # partition token -> index of its last group
     for change in changes:
@@ -108,7 +126,7 @@ def build_transaction(
             "server_transaction_id": server_transaction_id,
             "is_last_record_in_transaction_in_partition": last_in_partition[partition.token] == i,
             "table_name": table.name,
-            "column_types": column_types(table, present),
+            "column_types": types.get(table, present),
             "mods": mods,
             "mod_type": mod_type,
             "value_capture_type": capture,
