@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.errors import ConfigError, ExtractError, RetentionError, UsageError
+from spanner_cdc.errors import ConfigError, ExtractError, UsageError
 from spanner_cdc.extract import ExtractJob, TokenResult, extract_claims, lease_duration
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.rows import READ_METHODS
 from spanner_cdc.lake.window import transaction_check, write_marker
+from spanner_cdc.planning import check_retention, effective_start, root_partitions
 from spanner_cdc.store.rules import inclusive_end
 
 if TYPE_CHECKING:
@@ -159,7 +160,6 @@ def plan_window(
     settings: Settings, window_start: datetime, window_end: datetime, *, read_method: str = LIVE_READ_METHOD
 ) -> WindowPlan:
     """Check retention, bootstrap the lineage if new, release dead workers' leases, list the ready tokens."""
-    from spanner_cdc.reader import PartitionReader
     from spanner_cdc.spanner_client import detect_dialect, open_database, stream_metadata
 
     start, end = _window(window_start, window_end)
@@ -167,53 +167,28 @@ def plan_window(
     database = open_database(settings)
     dialect = detect_dialect(database, settings.dialect)
     meta = stream_metadata(database, stream, dialect)
-    effective = start
-    if meta.created_at is not None and meta.created_at > start:
-        if meta.created_at >= end:
-            raise UsageError(
-                f"window [{start.isoformat()}, {end.isoformat()}) ends before change stream {stream} was created "
-                f"({meta.created_at.isoformat()}): nothing to extract; choose a window after its creation"
-            )
-        effective = meta.created_at
+    effective = effective_start(stream, meta.created_at, start, end)
     with _store(settings) as store:
         lineage = store.ensure_lineage(stream, settings.namespace, database=database.name)
-        status = store.window_status(lineage.id, start, end)
-        if not status.complete:
-            _retention_guard(stream, start, meta.retention, settings.namespace)
         partitions = store.partitions(lineage.id)
-        if not partitions:
-            roots = [
-                record
-                for record in PartitionReader(database, stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms).read(
-                    None, effective, effective
+        if not partitions or not store.window_status(lineage.id, start, end).complete:
+            check_retention(stream, effective, meta.retention, settings.namespace)
+            root_start, roots = root_partitions(
+                database, stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, at=effective,
+                retention=meta.retention, namespace=settings.namespace,
+            )  # fmt: skip
+            if not partitions:
+                created = store.bootstrap(lineage.id, root_start, roots)
+                log.info("%s: lineage %s bootstrapped with %d root partitions at %s", stream, lineage.name, created, root_start.isoformat())
+            elif min(p.start for p in partitions) > inclusive_end(end):
+                raise UsageError(
+                    f"window [{start.isoformat()}, {end.isoformat()}) ends before lineage {lineage.name} begins "
+                    f"({min(p.start for p in partitions).isoformat()}): extract it into a new --namespace (a backfill)"
                 )
-                if record.kind == "child_partitions"
-            ]
-            children = [child for record in roots for child in record.child_partitions]  # type: ignore[union-attr]
-            root_start = min((r.timestamp for r in roots), default=effective)
-            created = store.bootstrap(lineage.id, root_start, children)
-            log.info("%s: lineage %s bootstrapped with %d root partitions at %s", stream, lineage.name, created, root_start.isoformat())
-        elif min(p.start for p in partitions) > inclusive_end(end):
-            first = min(p.start for p in partitions)
-            raise UsageError(
-                f"window [{start.isoformat()}, {end.isoformat()}) ends before lineage {lineage.name} begins "
-                f"({first.isoformat()}): extract it into a new namespace (--namespace, e.g. a backfill)"
-            )
         store.expire_leases(lineage.id)
         store.open_window(lineage.id, start, end)
         ready = _tasks(store, lineage.id, end)
     return WindowPlan(stream, settings.namespace, lineage.id, start, end, ready, effective)
-
-
-def _retention_guard(stream: str, start: datetime, retention: Any, namespace: str) -> None:
-    oldest = datetime.now(UTC) - retention
-    if start < oldest:
-        raise RetentionError(
-            f"window start {start.isoformat()} has left change stream {stream}'s retention period ({retention}; "
-            f"the oldest readable change is at about {oldest.isoformat()}): those changes are gone from Spanner. "
-            f"Extract a window that starts after {oldest.isoformat()} (for a lineage that fell behind, into a new "
-            f"--namespace than {namespace!r}), or lengthen the stream's retention_period for the future"
-        )
 
 
 def ready_tasks(settings: Settings, window_start: datetime, window_end: datetime) -> list[TokenTask]:
