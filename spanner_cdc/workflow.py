@@ -77,6 +77,7 @@ class AllPartitions:
                     outstanding -= 1
                     self._finished.add(token)
                     self.log.events.append(("end", token))
+                    log.debug("%s %s: partition query ended", self.reader.stream, token)
                     outstanding += self._schedule_ready()
                 else:
                     raise payload
@@ -116,6 +117,7 @@ class AllPartitions:
             partition.scheduled = True
             if self.end is not None and partition.start > self.end:
                 self.log.skipped.append(partition.token)
+                log.debug("%s %s: starts after the end; not read", self.reader.stream, partition.token)
                 continue
             self._launch(partition.token, max(partition.start, self.start))
             launched += 1

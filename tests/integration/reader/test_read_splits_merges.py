@@ -92,9 +92,9 @@ def test_all_partitions_through_a_split_and_a_merge(local_spanner: LocalSpanner,
     writer.round(range(20, 60), seq=3)
     last = max(commit for *_, commit in writer.truth)
 
-    lines = read_all(local_spanner.host, database_id, stream, rfc3339(created), last)
+    lines, debug_log = read_all(local_spanner.host, database_id, stream, rfc3339(created), last)
     check_every_mod_once_in_key_order(lines, writer.truth)
-    parents = check_lineage(lines)
+    parents = check_lineage(lines, debug_log)
     assert len(split_children) == 2 and all(len(parents[child]) == 1 for child in split_children)
     assert len(parents[merged]) == 2, parents  # the merge child: read once (no record twice), after both parents
     assert lines[0]["partition_token"] is None and lines[0]["kind"] == "child_partitions"

@@ -75,7 +75,7 @@ def test_every_workload_change_once_in_key_order_through_splits_and_merges(
             change(database.name, STREAM)  # at least one split and one merge, whatever the machine's speed
     assert stats.last_commit is not None
 
-    lines = read_all(fast_server.host, database_id, STREAM, rfc3339(start), rfc3339(stats.last_commit), "--heartbeat-ms", "10000")
+    lines, debug_log = read_all(fast_server.host, database_id, STREAM, rfc3339(start), rfc3339(stats.last_commit), "--heartbeat-ms", "10000")
 
     mods = output_mods(lines)
     got, want = Counter(mods), Counter(truth_key(row) for row in truth)
@@ -85,7 +85,7 @@ def test_every_workload_change_once_in_key_order_through_splits_and_merges(
         by_key.setdefault((table, keys), []).append(commit)
     assert all(commits == sorted(commits) for commits in by_key.values())  # commit order within a key
     assert max(len(commits) for commits in by_key.values()) > 1
-    parents = check_lineage(lines)  # children after all their parents, no record twice
+    parents = check_lineage(lines, debug_log)  # children after all their parents, no record twice
     assert any(len(p) == 1 for p in parents.values()), "no split happened: the test proves less than it claims"
     merges = [child for child, p in parents.items() if len(p) >= 2]
     assert merges, "no merge happened: the test proves less than it claims"
