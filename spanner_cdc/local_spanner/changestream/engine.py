@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
 import gc
-import hashlib
 import logging
 import threading
 import time
@@ -16,10 +14,11 @@ from typing import Any
 
 from spanner_cdc.local_spanner.changestream import codec
 from spanner_cdc.local_spanner.changestream.journal import Journal
-from spanner_cdc.local_spanner.changestream.partitions import KEY_SPACE, Partition, from_us, split_ranges, to_us
+from spanner_cdc.local_spanner.changestream.partitions import Partition, from_us, to_us
 from spanner_cdc.local_spanner.changestream.policy import PartitionPolicy
 from spanner_cdc.local_spanner.changestream.query import read_partition, read_roots
 from spanner_cdc.local_spanner.changestream.records import ColumnTypesCache, build_transaction
+from spanner_cdc.local_spanner.changestream.reshape import Reshaper
 from spanner_cdc.local_spanner.changestream.streams import StreamState, same_definition, validate
 from spanner_cdc.local_spanner.clock import ServerClock
 from spanner_cdc.local_spanner.model import QueryError, RowChange, StreamDef, TableInfo
@@ -48,6 +47,9 @@ class ChangeStreamEngine:
         self._journal: Journal | None = None
         self._column_types = ColumnTypesCache()
         self._commit_codec = codec.CommitCodec()
+        self._reshaper = Reshaper(
+            self.policy, clock, self.frontier_locked, lambda: self._appended, self._write, self._changed_locked
+        )
         if data_dir is not None:
             self._journal = Journal(Path(data_dir) / "changestreams")
             self._recover(self._journal)
@@ -70,12 +72,7 @@ class ChangeStreamEngine:
             state = StreamState(db=db, definition=definition, created=created)
             self._streams.setdefault(db, {})[stream.name] = state
             self._write({"op": "stream", "db": db, "stream": codec.stream_to_json(definition)})
-            roots = [
-                Partition(token=self._mint(state), lo=lo, hi=hi, start=created)
-                for lo, hi in split_ranges(0, KEY_SPACE, self.policy.initial_partitions)
-            ]
-            state.last_reshape = created - 1
-            self._reshape_locked(state, created, [], roots)
+            roots = self._reshaper.roots(state)
             log.info("%s: created at %s with %s partitions", stream.name, definition.created_at, len(roots))
 
     def alter_stream(self, db: str, stream: StreamDef, tables: Mapping[str, TableInfo]) -> None:
@@ -118,7 +115,7 @@ class ChangeStreamEngine:
             if changes and streams:
                 self._log_commit(db, streams, ts, transaction_id or f"{ts:016x}", tag or "", changes)
             for state in streams:
-                self._tick_locked(state)
+                self._reshaper.tick(state)
             self._changed_locked()
 
     def _log_commit(
@@ -151,7 +148,7 @@ class ChangeStreamEngine:
             for entry in self._commit_codec.encode(db, ts, logged):
                 self._journal.write(entry)
         for state, partitions in touched:
-            self._split_hot_locked(state, partitions.values())
+            self._reshaper.split_hot(state, partitions.values())
 
     # ----------------------------------------------------------------- queries
 
@@ -247,7 +244,7 @@ class ChangeStreamEngine:
                 raise QueryError(
                     "FAILED_PRECONDITION", f"partition {parent.token} covers a single key and cannot split"
                 )
-            children = self._split_locked(state, parent, self.policy.split_ways)
+            children = self._reshaper.split(state, parent, self.policy.split_ways)
             return [child.token for child in children]
 
     def merge(self, db: str, stream: str, tokens: Sequence[str] | None = None) -> str:
@@ -267,112 +264,21 @@ class ChangeStreamEngine:
                         "INVALID_ARGUMENT",
                         f"partitions {list(tokens)} cannot merge: give two or more alive partitions with adjacent key ranges",
                     )
-            return self._merge_locked(state, parents).token
+            return self._reshaper.merge(state, parents).token
 
-    def _split_locked(self, state: StreamState, parent: Partition, ways: int) -> list[Partition]:
-        at = self._reshape_time_locked(state)
-        children = [
-            Partition(token=self._mint(state), lo=lo, hi=hi, start=at, parents=(parent.token,))
-            for lo, hi in split_ranges(parent.lo, parent.hi, ways)
-        ]
-        self._reshape_locked(state, at, [parent.token], children)
-        log.info(
-            "%s %s: split at %s into %s", state.definition.name, parent.token, from_us(at), [c.token for c in children]
-        )
-        return children
-
-    def _merge_locked(self, state: StreamState, parents: Sequence[Partition]) -> Partition:
-        at = self._reshape_time_locked(state)
-        ordered = sorted(parents, key=lambda p: p.lo)
-        tokens = tuple(p.token for p in ordered)
-        child = Partition(token=self._mint(state), lo=ordered[0].lo, hi=ordered[-1].hi, start=at, parents=tokens)
-        self._reshape_locked(state, at, list(tokens), [child])
-        log.info("%s %s: merged at %s into %s", state.definition.name, ",".join(tokens), from_us(at), child.token)
-        return child
-
-    def _reshape_time_locked(self, state: StreamState) -> int:
-        # after everything readers may have seen (no reader saw a heartbeat past the change), and
-        # after the stream's previous change, so every partition lives at least one microsecond
-        return max(self.frontier_locked(), self._appended, state.last_reshape) + 1
-
-    def _reshape_locked(self, state: StreamState, at: int, parents: list[str], children: list[Partition]) -> None:
-        state.partitions.reshape(at, parents, children)
-        state.last_reshape = at
-        self._write(
-            {
-                "op": "reshape",
-                "db": state.db,
-                "stream": state.definition.name,
-                "at": at,
-                "parents": parents,
-                "children": [[c.token, str(c.lo), str(c.hi), list(c.parents)] for c in children],
-            }
-        )
-        self._changed_locked()
-
-    # ----------------------------------------------------------------- policy
-
-    def _split_hot_locked(self, state: StreamState, partitions: Any) -> None:
-        policy = self.policy
-        for partition in partitions:
-            room = policy.max_partitions - len(state.partitions.alive)
-            if partition.end is None and partition.window_count >= policy.split_records and room >= 1:
-                self._split_locked(state, partition, min(policy.split_ways, room + 1))
-
-    def next_event_due(self, stream: StreamState) -> int | None:
-        every = self.policy.event_every_us
-        return None if every is None else stream.created + (stream.events_done + 1) * every
+    # ----------------------------------------------------------------- for queries
 
     def tick_locked(self, stream: StreamState) -> None:
-        self._tick_locked(stream)
+        self._reshaper.tick(stream)
 
-    def _tick_locked(self, state: StreamState) -> None:
-        """Apply the time-based and cold-merge rules whose time has come."""
-        if state.dropped:
-            return
-        policy = self.policy
-        now = to_us(self.clock.now())
-        every = policy.event_every_us
-        if every is not None and now >= state.created + (state.events_done + 1) * every:
-            due = (now - state.created) // every
-            for index in range(max(state.events_done + 1, due - policy.max_catchup_events + 1), due + 1):
-                self._time_event_locked(state, index)
-            state.events_done = due
-            self._write({"op": "events", "db": state.db, "stream": state.definition.name, "done": due})
-        idle = policy.merge_idle_us
-        alive = state.partitions.alive
-        if idle is None or len(alive) <= policy.min_partitions:
-            return
-        frontier = self.frontier_locked()
-        for run in state.partitions.adjacent_runs(2):
-            if all(frontier - (p.last_record or p.start) >= idle for p in run):
-                self._merge_locked(state, run)
-                return
-
-    def _time_event_locked(self, state: StreamState, index: int) -> None:
-        policy = self.policy
-        alive = state.partitions.alive
-        kind = policy.event_kind(index)
-        if kind == "split" and len(alive) >= policy.max_partitions:
-            kind = "merge"
-        if kind == "merge" and len(alive) <= policy.min_partitions:
-            kind = "split" if len(alive) < policy.max_partitions else "none"
-        rng = policy.rng(state.db, state.definition.name, index)
-        if kind == "split":
-            self._split_locked(state, rng.choice(alive), min(policy.split_ways, policy.max_partitions - len(alive) + 1))
-        elif kind == "merge":
-            self._merge_locked(state, rng.choice(state.partitions.adjacent_runs(2)))
+    def next_event_due(self, stream: StreamState) -> int | None:
+        return self._reshaper.next_event_due(stream)
 
     # ----------------------------------------------------------------- helpers
 
     def _changed_locked(self) -> None:
         self._version += 1
         self.cond.notify_all()
-
-    def _mint(self, state: StreamState) -> str:
-        state.minted += 1
-        seed = f"{state.db}\x00{state.definition.name}\x00{state.created}\x00{state.minted}".encode()
-        return base64.b32encode(hashlib.blake2b(seed, digest_size=15).digest()).decode().lower()
 
     def _stream(self, db: str, name: str) -> StreamState:
         state = self._streams.get(db, {}).get(name)
