@@ -193,7 +193,7 @@ def stream_created_at(database: Database, stream: str) -> datetime | None:
                     if latest is None or when > latest:
                         latest = when
     except Exception as exc:  # the creation time is only a hint for messages; the DDL history may be unavailable
-        log.debug("%s: DDL operations unavailable for change stream %s: %s", database.name, stream, exc)
+        log.debug("%s: the DDL operations of %s are unavailable: %s", stream, database.name, exc)
         return None
     return latest
 
