@@ -82,12 +82,14 @@ def pg_metadata(stream: str) -> bytes:
 
 
 class RecordEncoder:
-    """Encodes engine records (dicts) for one query; caches what repeats from record to record."""
+    """Encodes engine records (dicts) as value trees for one query; caches what repeats between records."""
 
     def __init__(self, postgres: bool) -> None:
         self.postgres = postgres
         self._ts_cache: tuple[datetime | None, str] = (None, "")
-        self._column_types: dict[int, tuple[Any, wire.Raw]] = {}
+        self._by_list: dict[tuple[Any, int], tuple[Any, Any]] = {}  # (build, id(list)) -> (the list, its form)
+        self._by_key: dict[tuple[Any, ...], Any] = {}
+        self._alive: list[Any] = []  # type dicts whose id is part of a key
 
     def timestamp(self, value: datetime | str) -> str:
         if value.__class__ is str:
@@ -101,23 +103,33 @@ class RecordEncoder:
         self._ts_cache = (value, text)
         return text
 
-    def _column_types_value(self, column_types: list[dict[str, Any]]) -> wire.Raw:
-        # the engine shares one column_types list among the records of a table; keep it alive while cached
-        cached = self._column_types.get(id(column_types))
-        if cached is not None and cached[0] is column_types:
-            return cached[1]
-        encoded = wire.Raw(
-            wire.list_of(
-                [
-                    wire.encode([c["name"], _json(c["type"]), c["is_primary_key"], str(c["ordinal_position"])])
-                    for c in column_types
-                ]
-            )
-        )
-        if len(self._column_types) > 256:
-            self._column_types.clear()
-        self._column_types[id(column_types)] = (column_types, encoded)
-        return encoded
+    def cached_column_types(self, column_types: list[dict[str, Any]], build: Any) -> Any:
+        """build(column_types), computed once per distinct column set. Records of one table usually share the
+        list object; otherwise they share the column names, positions and (scalar) types, which form the key.
+        Non-scalar type dicts are keyed by identity and kept alive by the cache, so an id is never reused."""
+        entry = self._by_list.get((build, id(column_types)))
+        if entry is not None and entry[0] is column_types:
+            return entry[1]
+        key = (build, *[
+            (c["name"], t["code"] if len(t) == 1 else id(t), c["is_primary_key"], c["ordinal_position"])
+            for c in column_types
+            for t in (c["type"],)
+        ])
+        value = self._by_key.get(key)
+        if value is None:
+            if len(self._by_key) > 1024:
+                self._by_key.clear()
+                self._alive.clear()
+            value = self._by_key[key] = build(column_types)
+            self._alive.extend(c["type"] for c in column_types if len(c["type"]) != 1)
+        if len(self._by_list) > 4096:
+            self._by_list.clear()
+        self._by_list[(build, id(column_types))] = (column_types, value)
+        return value
+
+    @staticmethod
+    def _column_types_tree(column_types: list[dict[str, Any]]) -> wire.Raw:
+        return wire.Raw(wire.encode([[c["name"], _json(c["type"]), c["is_primary_key"], str(c["ordinal_position"])] for c in column_types]))
 
     def tree(self, record: dict[str, Any]) -> Any:
         """The GoogleSQL row value (one ChangeRecord column) as a value tree."""
@@ -130,7 +142,7 @@ class RecordEncoder:
                 r["server_transaction_id"],
                 r["is_last_record_in_transaction_in_partition"],
                 r["table_name"],
-                self._column_types_value(r["column_types"]),
+                self.cached_column_types(r["column_types"], self._column_types_tree),
                 mods,
                 r["mod_type"],
                 r["value_capture_type"],
@@ -158,3 +170,7 @@ class RecordEncoder:
     def row(self, record: dict[str, Any]) -> Any:
         """The row's single value as a value tree (PostgreSQL: a JSON string)."""
         return self.json_text(record) if self.postgres else self.tree(record)
+
+    def encode(self, record: dict[str, Any]) -> bytes:
+        """The row's single value as protobuf Value bytes (record_bytes.FastRecordEncoder does this faster)."""
+        return wire.encode(self.row(record))

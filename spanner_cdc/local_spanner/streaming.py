@@ -17,13 +17,13 @@ from typing import Any
 
 from spanner_cdc.local_spanner import wire
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.record_encoding import RecordEncoder
+from spanner_cdc.local_spanner.record_bytes import FastRecordEncoder
 
 log = logging.getLogger(__name__)
 
 MESSAGE_BYTES = 1 << 20  # rows per PartialResultSet up to ~1 MiB; the client accepts 4 MiB
 MESSAGE_ROWS = 2000
-QUEUE_BYTES = 8 << 20  # how far the engine may run ahead of the network
+QUEUE_ROWS = 10000  # how far the engine may run ahead of the network
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _RANK = {"data_change_record": 0, "heartbeat_record": 1, "child_partitions_record": 2}
 
@@ -109,15 +109,19 @@ class FaultInjector:
             self.injected += 1
 
 
-@dataclass
-class _Row:
-    parts: list[bytes]  # one encoded value, or the chunks of one
-    position: Position
-    skip_chunks: int = 0
+# a queued row: (encoded value or its chunks, the record or a Position it ends at, chunks to skip)
+_Row = tuple[list[bytes], Any, int]
+
+
+def _position(source: Any) -> Position:
+    return source if isinstance(source, Position) else record_position(source)
 
 
 class ChangeStreamSender:
-    """Runs one engine query in a producer thread and turns its records into PartialResultSet bytes."""
+    """Runs one engine query in a producer thread and turns its records into PartialResultSet bytes.
+
+    The producer encodes records as they come; the gRPC thread takes everything queued at once and
+    packs it into messages, so a burst becomes a few large messages and a trickle goes out at once."""
 
     def __init__(
         self,
@@ -130,7 +134,7 @@ class ChangeStreamSender:
         is_active: Callable[[], bool],
     ) -> None:
         self._records = records
-        self._encoder = RecordEncoder(postgres)
+        self._encoder = FastRecordEncoder(postgres)
         self._metadata = metadata
         self._resume = resume
         self._fail_after = fail_after
@@ -138,7 +142,6 @@ class ChangeStreamSender:
         self.stop = stop  # the engine query watches it: set when the client goes away
         self._cond = threading.Condition()
         self._queue: deque[_Row] = deque()
-        self._queued_bytes = 0
         self._done = False
         self._error: BaseException | None = None
         self._consumer_waiting = False
@@ -147,23 +150,27 @@ class ChangeStreamSender:
 
     def _produce(self) -> None:
         try:
-            skipping = self._resume is not None
-            resume_key = self._resume.key if self._resume else None
-            encoder_row = self._encoder.row
+            resume = self._resume
+            encode = self._encoder.encode
+            queue, cond, stop = self._queue, self._cond, self.stop
             for record in self._records:
-                position = record_position(record)
                 skip_chunks = 0
-                if skipping:
-                    assert self._resume is not None
-                    if position.key <= resume_key:  # type: ignore[operator]
+                if resume is not None:
+                    if record_position(record).key <= resume.key:
                         continue
-                    skipping = False
-                    skip_chunks = self._resume.chunks
-                value = encoder_row(record)
-                encoded = wire.encode(value)
-                parts = [encoded] if len(encoded) <= MESSAGE_BYTES else wire.chunks(value, MESSAGE_BYTES)
-                self._put(_Row(parts, position, skip_chunks), len(encoded))
-                if self.stop.is_set():
+                    skip_chunks, resume = resume.chunks, None
+                encoded = encode(record)
+                parts = [encoded] if len(encoded) <= MESSAGE_BYTES else wire.chunks(self._encoder.row(record), MESSAGE_BYTES)
+                if len(queue) >= QUEUE_ROWS:
+                    with cond:
+                        while len(queue) >= QUEUE_ROWS and not stop.is_set():
+                            cond.wait(0.5)
+                # deque.append is atomic; the consumer sets the flag before its last look at the queue
+                queue.append((parts, record, skip_chunks))
+                if self._consumer_waiting:
+                    with cond:
+                        cond.notify_all()
+                if stop.is_set():
                     break
         except BaseException as exc:  # handed to the consumer, which turns it into a status
             self._error = exc
@@ -172,33 +179,24 @@ class ChangeStreamSender:
                 self._done = True
                 self._cond.notify_all()
 
-    def _put(self, row: _Row, size: int) -> None:
-        with self._cond:
-            while self._queued_bytes > QUEUE_BYTES and not self.stop.is_set():
-                self._cond.wait(0.5)
-            self._queue.append(row)
-            self._queued_bytes += size
-            if self._consumer_waiting:
-                self._cond.notify_all()
-
     # -- consumer -------------------------------------------------------------------------------
 
     def _take(self) -> list[_Row] | None:
         """Everything queued, waiting for at least one row; None at the end of the query."""
+        queue = self._queue
         with self._cond:
-            while not self._queue and not self._done:
+            while not queue and not self._done:
                 if not self._is_active():
                     self.stop.set()
                     return None
                 self._consumer_waiting = True
-                self._cond.wait(0.5)
+                if not queue:
+                    self._cond.wait(0.5)
                 self._consumer_waiting = False
-            if not self._queue:
+            if not queue:
                 return None
-            rows = list(self._queue)
-            self._queue.clear()
-            self._queued_bytes = 0
-            self._cond.notify_all()
+            rows = [queue.popleft() for _ in range(len(queue))]
+            self._cond.notify_all()  # the producer may wait for room
             return rows
 
     def messages(self) -> Iterator[bytes]:
@@ -214,7 +212,7 @@ class ChangeStreamSender:
     def _messages(self) -> Iterator[bytes]:
         metadata = self._metadata
         sent_rows = 0
-        last = self._resume
+        last: Any = self._resume  # the record (or Position) the last complete row ends at
         fail_after = self._fail_after
         if fail_after == 0:
             raise InjectedFailure()
@@ -224,34 +222,30 @@ class ChangeStreamSender:
                 break
             batch: list[bytes] = []
             batch_bytes = 0
-            for row in rows:
-                if len(row.parts) > 1:
+            for parts, record, skip_chunks in rows:
+                if len(parts) > 1:
                     if batch:
-                        yield wire.partial_result_set(batch, last.token() if last else b"", metadata)
+                        yield wire.partial_result_set(batch, _position(last).token(), metadata)
                         metadata, batch, batch_bytes = b"", [], 0
-                    for index in range(row.skip_chunks, len(row.parts)):
-                        final = index == len(row.parts) - 1
-                        if final:
-                            token = row.position
-                        else:
-                            base = last or Position(0, -1, "")
-                            token = Position(base.ts_us, base.rank, base.sequence, index + 1)
-                        yield wire.partial_result_set([row.parts[index]], token.token(), metadata, chunked=not final)
+                    base = _position(last) if last is not None else Position(0, -1, "")
+                    for index in range(skip_chunks, len(parts)):
+                        final = index == len(parts) - 1
+                        token = record_position(record) if final else Position(base.ts_us, base.rank, base.sequence, index + 1)
+                        yield wire.partial_result_set([parts[index]], token.token(), metadata, chunked=not final)
                         metadata = b""
-                    last = row.position
                 else:
-                    batch.append(row.parts[0])
-                    batch_bytes += len(row.parts[0])
-                    last = row.position
+                    batch.append(parts[0])
+                    batch_bytes += len(parts[0])
+                last = record
                 sent_rows += 1
                 if fail_after is not None and sent_rows >= fail_after or len(batch) >= MESSAGE_ROWS or batch_bytes >= MESSAGE_BYTES:
                     if batch:
-                        yield wire.partial_result_set(batch, last.token(), metadata)
+                        yield wire.partial_result_set(batch, _position(last).token(), metadata)
                         metadata, batch, batch_bytes = b"", [], 0
                     if fail_after is not None and sent_rows >= fail_after:
                         raise InjectedFailure()
             if batch:
-                yield wire.partial_result_set(batch, last.token() if last else b"", metadata)
+                yield wire.partial_result_set(batch, _position(last).token(), metadata)
                 metadata = b""
         if self._error is not None:
             raise self._error

@@ -24,6 +24,8 @@ _PRS_CHUNKED = b"\x18\x01"  # PartialResultSet.chunked_value = true
 _PRS_TOKEN = b"\x22"  # PartialResultSet.resume_token
 _pack_double = struct.Struct("<d").pack
 _SMALL = [bytes((n,)) for n in range(128)]
+# every length below 16 KiB has its varint precomputed: the hot path frames thousands of small messages
+VARINTS = _SMALL + [bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(128, 1 << 14)]
 
 
 class Raw(bytes):
@@ -31,8 +33,8 @@ class Raw(bytes):
 
 
 def varint(n: int) -> bytes:
-    if n < 128:
-        return _SMALL[n]
+    if n < 16384:
+        return VARINTS[n]
     out = bytearray()
     while n >= 128:
         out.append((n & 0x7F) | 0x80)
@@ -44,14 +46,14 @@ def varint(n: int) -> bytes:
 def string(text: str) -> bytes:
     data = text.encode()
     n = len(data)
-    return _STRING + (_SMALL[n] if n < 128 else varint(n)) + data
+    return _STRING + (VARINTS[n] if n < 16384 else varint(n)) + data
 
 
 def list_of(encoded_items: Sequence[bytes]) -> bytes:
     """A list_value Value from already encoded item Values."""
-    body = b"".join([_ITEM + (_SMALL[len(i)] if len(i) < 128 else varint(len(i))) + i for i in encoded_items])
+    body = b"".join([_ITEM + (VARINTS[len(i)] if len(i) < 16384 else varint(len(i))) + i for i in encoded_items])
     n = len(body)
-    return _LIST + (_SMALL[n] if n < 128 else varint(n)) + body
+    return _LIST + (VARINTS[n] if n < 16384 else varint(n)) + body
 
 
 def encode(value: Any) -> bytes:
@@ -79,7 +81,7 @@ def partial_result_set(values: Sequence[bytes], resume_token: bytes, metadata: b
         parts.append(_ITEM + varint(len(metadata)) + metadata)
     for value in values:
         n = len(value)
-        parts.append(_PRS_VALUE + (_SMALL[n] if n < 128 else varint(n)) + value)
+        parts.append(_PRS_VALUE + (VARINTS[n] if n < 16384 else varint(n)) + value)
     if chunked:
         parts.append(_PRS_CHUNKED)
     if resume_token:

@@ -12,6 +12,7 @@ from google.cloud.spanner_v1.types import PartialResultSet, ResultSet
 from google.protobuf import struct_pb2
 
 from spanner_cdc.local_spanner import wire
+from spanner_cdc.local_spanner.record_bytes import FastRecordEncoder
 from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, RecordEncoder, metadata, pg_metadata
 from spanner_cdc.local_spanner.values import pb_to_python
 
@@ -118,3 +119,22 @@ def test_result_set_bytes_decode_as_a_result_set() -> None:
     assert [f.name for f in decoded.metadata.row_type.fields] == ["A", "B"]
     assert decoded.metadata.transaction.id == b"tx"
     assert [list(r) for r in decoded.rows] == [["1", ["x"]], [None, []]]
+
+
+@pytest.mark.parametrize("postgres", [False, True])
+def test_the_fast_encoder_writes_exactly_what_the_generic_one_writes(postgres: bool) -> None:
+    odd_types = [{"name": "J", "type": {"code": "JSON", "type_annotation": "PG_JSONB"}, "is_primary_key": False, "ordinal_position": 4},
+                 {"name": "A", "type": {"code": "ARRAY", "array_element_type": {"code": "NUMERIC"}}, "is_primary_key": False, "ordinal_position": 5}]
+    records = [
+        data_change_record([{"keys": {"Id": "A1"}, "new_values": {"Balance": "20"}, "old_values": {"Balance": "10"}}]),
+        data_change_record([{"keys": {"Id": f"K{i}"}, "new_values": {"Tags": ["é", None, 'q"uote\\n']}, "old_values": {}} for i in range(300)],
+                           tag='tag "with" ünïcode'),
+        data_change_record([{"keys": {"Id": "x" * 20000}, "new_values": {}, "old_values": {"F": "NaN", "G": 1.5, "B": True}}]),
+        {"heartbeat_record": {"timestamp": COMMIT}},
+    ]
+    records[2]["data_change_record"]["column_types"] = records[2]["data_change_record"]["column_types"] + odd_types
+    records[2]["data_change_record"]["is_last_record_in_transaction_in_partition"] = False
+    records[2]["data_change_record"]["is_system_transaction"] = True
+    generic, fast = RecordEncoder(postgres), FastRecordEncoder(postgres)
+    for _ in range(2):  # the second time from the caches
+        assert [fast.encode(r) for r in records] == [generic.encode(r) for r in records] == [wire.encode(generic.row(r)) for r in records]

@@ -1,0 +1,175 @@
+"""Benchmark: data change records/s one local Spanner server serves to one reader and to four concurrent readers."""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+COMMAND = "python -m bench.bench_local_spanner"
+TARGET = 20_000  # records/s served to one reader (issue 3)
+PROJECT, INSTANCE = "bench-project", "bench-instance"
+# one partition that never splits or merges: every reader drains the same records
+SERVER_ARGS = [
+    "--policy-initial-partitions", "1", "--policy-max-partitions", "1", "--policy-split-records", "100000000",
+    "--policy-event-every", "none", "--policy-merge-idle", "none",
+]  # fmt: skip
+DDL = {
+    "GOOGLE_STANDARD_SQL": [
+        "CREATE TABLE Orders (OrderId INT64 NOT NULL, Customer STRING(MAX), Amount FLOAT64, Status STRING(MAX),"
+        " Updated TIMESTAMP) PRIMARY KEY (OrderId)",
+        "CREATE CHANGE STREAM Everything FOR ALL",
+    ],
+    "POSTGRESQL": [
+        "create table orders (orderid bigint primary key, customer varchar, amount float8, status varchar, updated timestamptz)",
+        "CREATE CHANGE STREAM everything FOR ALL",
+    ],
+}
+QUERY = {
+    "GOOGLE_STANDARD_SQL": "SELECT ChangeRecord FROM READ_Everything(start_timestamp => @start, end_timestamp => @end, "
+    "partition_token => @token, heartbeat_milliseconds => @hb)",
+    "POSTGRESQL": "SELECT * FROM spanner.read_json_everything($1, $2, $3, $4, null)",
+}
+PER_COMMIT = 200  # alternating inserts and updates: one data change record (of one mod) each
+
+
+def _columns(dialect: str) -> tuple[str, list[str]]:
+    names = ["OrderId", "Customer", "Amount", "Status", "Updated"]
+    return ("orders", [n.lower() for n in names]) if dialect == "POSTGRESQL" else ("Orders", names)
+
+
+def _write(database: Any, dialect: str, records: int) -> tuple[datetime, datetime]:
+    """`records` data change records: per commit, inserts of new orders alternate with updates of old ones."""
+    table, columns = _columns(dialect)
+    with database.batch() as batch:
+        batch.insert(table, columns, [(i, f"customer-{i}", i * 1.5, "NEW", "2024-01-01T00:00:00Z") for i in range(PER_COMMIT)])
+    first = batch.committed
+    next_id = PER_COMMIT
+    for _ in range(records // PER_COMMIT):
+        with database.batch() as batch:
+            for j in range(PER_COMMIT // 2):
+                batch.insert(table, columns, [(next_id, f"customer-{next_id % 97}", next_id * 1.25, "NEW", "2024-01-01T00:00:00Z")])
+                batch.update(table, columns[:1] + columns[3:4], [(j, f"STATUS-{next_id}")])
+                next_id += 1
+    return first, batch.committed
+
+
+def _params(dialect: str, token: str | None, start: datetime, end: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
+    from google.cloud.spanner_v1 import param_types
+
+    names = ("p1", "p2", "p3", "p4") if dialect == "POSTGRESQL" else ("start", "end", "token", "hb")
+    values = (start, end, token, 1000)
+    kinds = (param_types.TIMESTAMP, param_types.TIMESTAMP, param_types.STRING, param_types.INT64)
+    return dict(zip(names, values, strict=True)), dict(zip(names, kinds, strict=True))
+
+
+def drain(database: Any, dialect: str, token: str | None, start: datetime, end: datetime, lazy: bool) -> int:
+    """The bare google-cloud-spanner client draining one partition query; returns the rows (records) seen."""
+    params, types = _params(dialect, token, start, end)
+    rows = 0
+    with database.snapshot() as snapshot:
+        for _ in snapshot.execute_sql(QUERY[dialect], params=params, param_types=types, timeout=None, lazy_decode=lazy):
+            rows += 1
+    return rows
+
+
+def _reader_process(host: str, database_id: str, dialect: str, token: str, start: datetime, end: datetime, lazy: bool,
+                    barrier: Any, results: Any) -> None:
+    os.environ["SPANNER_EMULATOR_HOST"] = host
+    from google.cloud import spanner
+
+    database = spanner.Client(project=PROJECT).instance(INSTANCE).database(database_id)
+    drain(database, dialect, token, start, start, lazy)  # session and channel ready before the clock starts
+    barrier.wait()
+    began = time.perf_counter()
+    rows = drain(database, dialect, token, start, end, lazy)
+    results.put((rows, began, time.perf_counter()))
+
+
+def concurrent(host: str, database_id: str, dialect: str, token: str, start: datetime, end: datetime, lazy: bool, readers: int) -> tuple[int, float]:
+    """`readers` processes drain the partition at once; (records, wall seconds from first start to last end)."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(readers), context.Queue()
+    processes = [context.Process(target=_reader_process, args=(host, database_id, dialect, token, start, end, lazy, barrier, results))
+                 for _ in range(readers)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=600) for _ in processes]
+    for process in processes:
+        process.join()
+    return sum(o[0] for o in outcomes), max(o[2] for o in outcomes) - min(o[1] for o in outcomes)
+
+
+def bench_dialect(server: Any, dialect: str, records: int, rounds: int, readers: int) -> dict[str, Any]:
+    from spanner_cdc.local_spanner.launcher import create_database
+
+    database_id = f"b{uuid.uuid4().hex[:12]}"
+    database = create_database(server.host, PROJECT, INSTANCE, database_id, DDL[dialect], dialect)
+    began = time.perf_counter()
+    start, end = _write(database, dialect, records)
+    write_rate = records / (time.perf_counter() - began)
+    start -= timedelta(microseconds=1)
+    (roots,) = list(_root(database, dialect, start))
+    expected = drain(database, dialect, roots, start, end, lazy=True)
+    rates: dict[str, list[float]] = {"decoded": [], "lazy": [], f"{readers}x decoded": [], f"{readers}x lazy": []}
+    for _ in range(rounds):  # interleaved, so background load hits every scenario alike
+        for lazy in (False, True):
+            began = time.perf_counter()
+            count = drain(database, dialect, roots, start, end, lazy)
+            rates["lazy" if lazy else "decoded"].append(count / (time.perf_counter() - began))
+            assert count == expected, (count, expected)
+            count, seconds = concurrent(server.host, database_id, dialect, roots, start, end, lazy, readers)
+            assert count == expected * readers, (count, expected)
+            rates[f"{readers}x {'lazy' if lazy else 'decoded'}"].append(count / seconds)
+    return {"dialect": dialect, "records": expected, "write": write_rate, **{k: statistics.median(v) for k, v in rates.items()}}
+
+
+def _root(database: Any, dialect: str, start: datetime) -> list[str]:
+    params, types = _params(dialect, None, start, start)
+    with database.snapshot() as snapshot:
+        (row,) = list(snapshot.execute_sql(QUERY[dialect], params=params, param_types=types, timeout=None))
+    if dialect == "POSTGRESQL":
+        children = row[0]["child_partitions_record"]["child_partitions"]
+        return [c["token"] for c in children]
+    ((_, _, ((_, _, children),)),) = row[0]
+    return [c[0] for c in children]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__)
+    parser.add_argument("--records", type=int, default=40_000, help="data change records in the partition (default 40000)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (default 3)")
+    parser.add_argument("--readers", type=int, default=4, help="processes in the concurrent scenario (default 4)")
+    parser.add_argument("--dialect", choices=("GOOGLE_STANDARD_SQL", "POSTGRESQL", "both"), default="both")
+    args = parser.parse_args(argv)
+    from spanner_cdc.local_spanner.launcher import LocalSpanner
+
+    dialects = ["GOOGLE_STANDARD_SQL", "POSTGRESQL"] if args.dialect == "both" else [args.dialect]
+    with tempfile.TemporaryDirectory(prefix="bench-local-spanner-") as tmp:
+        with LocalSpanner(extra_args=SERVER_ARGS, log_path=Path(tmp) / "server.log") as server:
+            results = [bench_dialect(server, d, args.records, args.rounds, args.readers) for d in dialects]
+    n = args.readers
+    print(f"{COMMAND}: data change records/s served by one local server process, one partition, {os.cpu_count()} CPUs")
+    print("  lazy = the bare client iterating rows without decoding them (lazy_decode=True): what the server serves;")
+    print("  decoded = the bare client's default row decoding, which costs the client far more CPU than the server spends")
+    header = f"{'dialect':<20} {'records':>8} {'1 lazy':>9} {'1 decoded':>10} {f'{n}x lazy':>9} {f'{n}x decoded':>11} {'1 lazy/target':>14} {f'{n}x/1 lazy':>11} {'writes rec/s':>13}"
+    print(header)
+    for r in results:
+        print(f"{r['dialect']:<20} {r['records']:>8} {r['lazy']:>9.0f} {r['decoded']:>10.0f} {r[f'{n}x lazy']:>9.0f} "
+              f"{r[f'{n}x decoded']:>11.0f} {r['lazy'] / TARGET:>13.0%} {r[f'{n}x lazy'] / r['lazy']:>11.2f} {r['write']:>13.0f}")
+    worst = min(r["lazy"] for r in results)
+    print(f"medians over {args.rounds} interleaved rounds; {n}x = aggregate of {n} reader processes draining at once; "
+          f"target >= {TARGET}/s to one reader: {'meets' if worst >= TARGET else 'MISSES'} (worst {worst:.0f}/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
