@@ -7,13 +7,14 @@ encoder, and the nested ARRAY<STRUCT<...>> framing is written as byte strings.
 
 from __future__ import annotations
 
+import json
 from json import encoder as json_encoder
 from typing import Any
 
 from spanner_cdc.local_spanner import wire
 from spanner_cdc.local_spanner.record_encoding import RecordEncoder
 
-_c_json = json_encoder.c_make_encoder
+_c_json = getattr(json_encoder, "c_make_encoder", None)  # the C accelerator; typeshed does not declare it
 _json_chunks = (
     _c_json(None, None, json_encoder.encode_basestring, None, ":", ",", False, False, True)
     if _c_json is not None
@@ -29,16 +30,13 @@ _EMPTY_LIST_ITEM = b"\n\x02\x32\x00"  # ListValue item: Value{list_value: []}
 _EMPTY_LISTS = _EMPTY_LIST_ITEM + _EMPTY_LIST_ITEM
 
 
+_plain_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def _json(value: Any) -> str:
     if _json_chunks is None:  # a Python without the C accelerator
-        return wire_json(value)
+        return _plain_json(value)
     return "".join(_json_chunks(value, 0))
-
-
-def wire_json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _item(value: bytes) -> bytes:
