@@ -1,0 +1,53 @@
+"""`local-spanner serve` flags: the partition policy and the clock, validated with messages naming the flag."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from spanner_cdc.cli import build_parser
+from spanner_cdc.commands.local_spanner import _policy, _serve
+from spanner_cdc.errors import ConfigError
+
+
+def serve_args(*flags: str) -> object:
+    return build_parser().parse_args(["local-spanner", "serve", *flags])
+
+
+def test_policy_flags_build_the_engine_policy() -> None:
+    policy = _policy(serve_args("--policy-seed", "7", "--policy-initial-partitions", "3", "--policy-event-every", "none",
+                                "--policy-split-period", "90s", "--policy-merge-idle", "2h"))
+    assert policy.seed == 7 and policy.initial_partitions == 3
+    assert policy.event_every is None
+    assert policy.split_period == timedelta(seconds=90) and policy.merge_idle == timedelta(hours=2)
+
+
+def test_unset_policy_flags_keep_the_defaults() -> None:
+    from spanner_cdc.local_spanner.changestream.policy import PartitionPolicy
+
+    assert _policy(serve_args()) == PartitionPolicy()
+
+
+@pytest.mark.parametrize(
+    ("flags", "field", "accepted"),
+    [
+        (("--policy-event-every", "5x"), "--policy-event-every", "a duration such as"),
+        (("--policy-split-ways", "two"), "--policy-split-ways", "an integer"),
+        (("--policy-split-ways", "1"), "partition policy", "split_ways=1"),
+    ],
+)
+def test_bad_policy_flags_name_the_flag(flags: tuple[str, ...], field: str, accepted: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        _policy(serve_args(*flags))
+    assert error.value.field == field and accepted in error.value.accepted
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [(("--clock-start", "yesterday"), "--clock-start"), (("--clock-rate", "0"), "--clock-rate")],
+)
+def test_bad_clock_flags_are_refused_before_starting(flags: tuple[str, ...], field: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        _serve(serve_args("--port", "0", *flags))  # type: ignore[arg-type]
+    assert error.value.field == field
