@@ -1,20 +1,28 @@
-"""One extract DAG per configured stream, `spanner_cdc_hourly__<name>`: plan -> waves of mapped extracts -> close."""
+"""One extract DAG per configured stream, `spanner_cdc_hourly__<name>`: catch up, plan, waves of mapped extracts, close."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
-from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, TaskGroup, TriggerRule, get_current_context, task
+from airflow.sdk import (
+    DAG,
+    Asset,
+    AssetAlias,
+    CronDataIntervalTimetable,
+    TaskGroup,
+    TriggerRule,
+    get_current_context,
+    task,
+)
 
 from spanner_cdc.airflow_support import SPANNER_POOL
 from spanner_cdc.settings import load_settings
 from spanner_cdc.streams import StreamConfig, load_streams
 
 # Airflow maps tasks once per run, so children made ready by a wave's splits and merges are read by
-# the next of a fixed number of waves; whatever is still pending after the last one is continued by
-# the next run (the close task says so and the window stays open).
-WAVES = 3
+# the next of a fixed number of waves (`waves` of the stream's table); whatever is still pending after
+# the last one is finished by the next run's catch_up, before that run reads its own window.
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "spanner-cdc",
     "retries": 4,
@@ -26,10 +34,11 @@ DOC = """
 Extracts the change stream **{change_stream}** for each data interval `[start, end)` into the lake
 (`{output_root}/{change_stream}/live/`), keeping lineage and checkpoints in the metadata store.
 
-`plan` bootstraps the lineage and lists the ready partition tokens; each `wave_k.extract` reads one
-token (or a batch of them) over the window; `wave_k.next_wave` picks up children of splits and merges;
-`close` checks completeness and the transaction counts, writes the window marker and emits the
-`{asset}` asset event. Configuration: the `[streams.{name}]` table of `$SPANNER_CDC_CONFIG`.
+`catch_up` finishes windows that earlier runs left open; `plan` bootstraps the lineage and lists the
+ready partition tokens; each `wave_k.extract` reads one token (or a batch of them) over the window;
+`wave_k.next_wave` picks up children of splits and merges; `close` checks completeness and the
+transaction counts, writes the window marker and emits the `{asset}` asset event (skipped while
+tokens are pending). Configuration: the `[streams.{name}]` table of `$SPANNER_CDC_CONFIG`.
 """
 
 
@@ -45,6 +54,8 @@ def landed_asset(config: StreamConfig) -> Asset:
 def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
     name = config.name
     asset = landed_asset(config)
+    # Events for windows that catch_up finishes: one per window, none when there is nothing to finish.
+    caught_up = AssetAlias(f"spanner_cdc_caught_up__{name}")
     with DAG(
         dag_id=config.dag_id,
         schedule=CronDataIntervalTimetable(config.schedule, timezone="UTC"),
@@ -57,6 +68,15 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
             name=name, change_stream=config.change_stream, output_root=output_root, asset=asset.name
         ),
     ) as dag:
+
+        @task(task_id="catch_up", outlets=[caught_up])
+        def catch_up(data_interval_start: Any = None, outlet_events: Any = None) -> list:
+            from spanner_cdc.airflow_support import hourly
+
+            closed = hourly.catch_up(name, data_interval_start)
+            for summary in closed:
+                outlet_events[caught_up].add(asset, extra=hourly.asset_extra(summary))
+            return closed
 
         @task(task_id="plan")
         def plan(data_interval_start: Any = None, data_interval_end: Any = None) -> list:
@@ -92,12 +112,11 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
             outlet_events[asset].extra = hourly.asset_extra(summary)
             return summary
 
-        previous = None
-        for wave in range(1, WAVES + 1):
+        previous: Any = catch_up()
+        for wave in range(1, config.waves + 1):
             with TaskGroup(group_id=f"wave_{wave}"):
                 ready = plan() if wave == 1 else next_wave()
-                if previous is not None:
-                    previous >> ready
+                previous >> ready
                 previous = extract.expand(batch=ready)
         previous >> close()
     return dag

@@ -103,7 +103,9 @@ def _airflow_db_url(settings: Settings, env: Mapping[str, str]) -> str:
     return server.create_database(AIRFLOW_DATABASE)
 
 
-def prepare(settings: Settings, *, pool_slots: int | None = None, api_port: int = 8080) -> AirflowEnv:
+def prepare(
+    settings: Settings, *, pool_slots: int | None = None, api_port: int = 8080, airflow_db_url: str | None = None
+) -> AirflowEnv:
     """Make Airflow usable on the embedded stack: DB migrated (once), the Spanner query pool in place.
 
     The environment also carries absolute SPANNER_CDC_* defaults (home, lake, lineage store), so the
@@ -111,7 +113,7 @@ def prepare(settings: Settings, *, pool_slots: int | None = None, api_port: int 
     """
     home = settings.home.absolute() / "airflow"
     home.mkdir(parents=True, exist_ok=True)
-    url = _airflow_db_url(settings, os.environ)
+    url = airflow_db_url or _airflow_db_url(settings, os.environ)
     variables = airflow_environment(home, url, api_port=api_port)
     variables.update(
         {

@@ -25,6 +25,7 @@ class StreamConfig:
     start_date: dt.datetime
     schedule: str = "@hourly"
     catchup: bool = True
+    waves: int = 3
     project: str | None = None
     instance: str | None = None
     database: str | None = None
@@ -121,6 +122,7 @@ PARSERS: dict[str, Any] = {
     "start_date": parse_datetime,
     "schedule": _schedule,
     "catchup": _bool,
+    "waves": _int_between(1, 10),
     "project": _text,
     "instance": _text,
     "database": _text,

@@ -25,6 +25,7 @@ def test_minimal_table_gets_defaults() -> None:
     assert config.change_stream == "orders"
     assert config.schedule == "@hourly"
     assert config.catchup is True
+    assert config.waves == 3
     assert config.start_date == dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
     assert config.dag_id == "spanner_cdc_hourly__orders"
 
@@ -45,6 +46,7 @@ def test_all_fields_parse() -> None:
             "start_date": dt.datetime(2024, 3, 1, 12, 30),
             "catchup": False,
             "concurrency": 8,
+            "waves": 5,
         },
     )
     assert (config.project, config.instance, config.database) == ("p1", "i1", "shop")
@@ -56,6 +58,7 @@ def test_all_fields_parse() -> None:
     assert config.start_date == dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.UTC)
     assert config.catchup is False
     assert config.concurrency == 8
+    assert config.waves == 5
 
 
 def test_start_date_with_offset_is_converted_to_utc() -> None:
@@ -79,6 +82,7 @@ def test_toml_date_means_midnight_utc() -> None:
         ("orders", {"start_date": "2024-01-01", "schedule": "hourly"}, "streams.orders.schedule", "cron"),
         ("orders", {"start_date": "2024-01-01", "schedule": "61 * * * *"}, "streams.orders.schedule", "cron"),
         ("orders", {"start_date": "2024-01-01", "concurrency": 0}, "streams.orders.concurrency", "[1, 256]"),
+        ("orders", {"start_date": "2024-01-01", "waves": 11}, "streams.orders.waves", "[1, 10]"),
         ("orders", {"start_date": "2024-01-01", "change_stream": "x; DROP"}, "streams.orders.change_stream", "identifier"),
         ("orders", {"start_date": "2024-01-01", "catchup": "yes"}, "streams.orders.catchup", "true or false"),
         ("orders", {"start_date": "2024-01-01", "project": ""}, "streams.orders.project", "non-empty"),

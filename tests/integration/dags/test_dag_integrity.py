@@ -84,7 +84,7 @@ def test_hourly_dag_wiring(example_bag: dict) -> None:
     assert dag["max_active_runs"] == 1
     assert dag["timetable"] == "CronDataIntervalTimetable"  # real [start, end) intervals, not trigger points
     tasks = dag["tasks"]
-    chain = ["wave_1.plan", "wave_1.extract", "wave_2.next_wave", "wave_2.extract", "wave_3.next_wave",
+    chain = ["catch_up", "wave_1.plan", "wave_1.extract", "wave_2.next_wave", "wave_2.extract", "wave_3.next_wave",
              "wave_3.extract", "close"]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert tasks[upstream]["downstream"] == [downstream]
@@ -98,6 +98,11 @@ def test_hourly_dag_wiring(example_bag: dict) -> None:
     assert tasks["wave_2.next_wave"]["trigger_rule"] == "none_failed"
     assert tasks["close"]["trigger_rule"] == "none_failed"
     assert tasks["close"]["outlets"] == ["spanner_cdc_landed__orders"]
+    assert tasks["catch_up"]["outlets"] == ["spanner_cdc_caught_up__orders"]  # an alias: events only when it closes one
+    # `waves` of the stream's table sets how many plan/extract groups a run has.
+    payments = example_bag["dags"]["spanner_cdc_hourly__payments"]["tasks"]
+    assert "wave_5.extract" in payments and "wave_6.extract" not in payments
+    assert payments["wave_5.extract"]["downstream"] == ["close"]
 
 
 def test_backfill_form(example_bag: dict) -> None:

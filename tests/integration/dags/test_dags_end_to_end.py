@@ -1,0 +1,210 @@
+"""The DAGs end to end with dag.test(): hourly windows through splits and merges, a backfill, refused backfill forms."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanner_cdc.demo_summary import lake_identities, lake_uuids, published_files
+from spanner_cdc.demo_truth import truth_identities
+from spanner_cdc.store import MetadataStore
+from tests.integration.dags.conftest import (
+    CHANGE_STREAM,
+    DATABASE,
+    HOUR,
+    INSTANCE,
+    PROJECT,
+    STREAM_NAME,
+    Stack,
+    write_config,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HOURLY = f"spanner_cdc_hourly__{STREAM_NAME}"
+WORKLOAD_SECONDS = 12.0
+
+
+@dataclass
+class History:
+    windows: list[tuple[dt.datetime, dt.datetime]]  # the two hours the workload wrote
+    ground_truth: Path
+    host: str
+
+    @property
+    def runs(self) -> list[tuple[dt.datetime, dt.datetime]]:
+        """The hourly runs: the two windows and the next hour, whose run finishes a window left open."""
+        return [*self.windows, (self.windows[-1][1], self.windows[-1][1] + HOUR)]
+
+
+def _server_now(server: Any) -> dt.datetime:
+    return dt.datetime.fromisoformat(str(server.control.status()["now"]).replace("Z", "+00:00"))
+
+
+def _wait_until(server: Any, when: dt.datetime, rate: float) -> None:
+    import time
+
+    while (now := _server_now(server)) < when:
+        time.sleep(max(0.05, (when - now).total_seconds() / rate))
+
+
+@pytest.fixture(scope="module")
+def history(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    """Two past hours of changes, written by the workload while the server splits and merges partitions."""
+    from spanner_cdc.local_spanner import workload
+    from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
+
+    # The clock starts early enough that the stream exists before the first window whatever the start-up
+    # takes; the two windows are the first whole hours after that, and end before the wall clock's hour.
+    clock_start = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) - 4 * HOUR
+    rate = 2 * 3600 * 0.9 / WORKLOAD_SECONDS  # the workload ends inside the second window
+    data = tmp_path_factory.mktemp("spanner")
+    with LocalSpanner(data_dir=data, clock_start=clock_start, clock_rate=rate, log_path=data / "server.log") as server:
+        database = create_database(server.host, PROJECT, INSTANCE, DATABASE)
+        workload.setup_database(database, "GOOGLE_STANDARD_SQL", CHANGE_STREAM, "OLD_AND_NEW_VALUES")
+        now = _server_now(server)
+        first = now.replace(minute=0, second=0, microsecond=0) + HOUR
+        windows = [(first, first + HOUR), (first + HOUR, first + 2 * HOUR)]
+        _wait_until(server, first, rate)
+        ground_truth = data / "ground_truth.jsonl"
+        workload.run_workload(database, transactions=240, tx_per_second=240 / WORKLOAD_SECONDS, seed=11,
+                              ground_truth=ground_truth)
+        _wait_until(server, windows[-1][1] + HOUR + dt.timedelta(minutes=1), rate)
+        # Real time from here on (the clock resumes from where it was): at the accelerated rate the
+        # history would leave the stream's one-day retention while the DAGs run.
+        server.clock_start, server.clock_rate = None, 1.0
+        server.restart()
+        config = stack.home / "streams.toml"
+        write_config(config, first)
+        stack.extra.update({
+            "SPANNER_CDC_CONFIG": str(config),
+            "SPANNER_EMULATOR_HOST": server.host,
+            "SPANNER_CDC_METADATA_URL": stack.lineage_url,
+            "SPANNER_CDC_OUTPUT_ROOT": str(stack.lake),
+            "SPANNER_CDC_SPARK_MASTER": "local[2]",
+        })
+        yield History(windows=windows, ground_truth=ground_truth, host=server.host)
+
+
+def _lineage_snapshot(url: str, namespace: str) -> dict[str, Any]:
+    with MetadataStore.connect(url) as store:
+        lineage = store.get_lineage(CHANGE_STREAM, namespace)
+        return {
+            "partitions": sorted(store.partitions(lineage.id), key=lambda p: p.token),
+            "windows": store.windows(lineage.id),
+            "manifest": sorted(f.path for f in store.manifest(lineage.id)),
+        }
+
+
+@pytest.fixture(scope="module")
+def hourly_runs(stack: Stack, history: History) -> list[dict[str, Any]]:
+    job = {"dag_id": HOURLY, "windows": [[s.isoformat(), e.isoformat()] for s, e in history.runs]}
+    return stack.run([job], "hourly")
+
+
+def _rows_in(files: list[Path], start: dt.datetime, end: dt.datetime) -> list[Any]:
+    return [row for row in lake_identities(files) if start.isoformat() <= row[2] < end.isoformat()]
+
+
+def test_two_hourly_windows_through_a_split_and_a_merge_land_the_ground_truth(
+    stack: Stack, history: History, hourly_runs: list[dict[str, Any]]
+) -> None:
+    assert [run["state"] for run in hourly_runs] == ["success"] * 3, stack.log_path("hourly")
+    for run, (start, end) in zip(hourly_runs, history.runs, strict=True):
+        assert (run["data_interval_start"], run["data_interval_end"]) == (start.isoformat(), end.isoformat())
+    live = _lineage_snapshot(stack.lineage_url, "live")
+    # The lineage went through at least one split (a parent with several children) and one merge.
+    with MetadataStore.connect(stack.lineage_url) as store:
+        edges = store.graph(store.get_lineage(CHANGE_STREAM, "live").id).edges
+    assert any(n > 1 for n in Counter(p for p, _ in edges).values()), "no split happened"
+    assert any(n > 1 for n in Counter(c for _, c in edges).values()), "no merge happened"
+    states = {(w.start, w.end): w.state for w in live["windows"]}
+    assert [states.get(window) for window in history.windows] == ["COMPLETE", "COMPLETE"]
+    files = published_files(stack.lake / CHANGE_STREAM / "live")
+    start, end = history.windows[0][0], history.windows[-1][1]
+    expected, _ = truth_identities(history.ground_truth, start, end)
+    assert expected, "the workload wrote nothing in the windows"
+    assert Counter(_rows_in(files, start, end)) == Counter(expected)
+    uuids = lake_uuids(files)
+    assert len(uuids) == len(set(uuids))
+    assert sum(w.records or 0 for w in live["windows"] if (w.start, w.end) in history.windows) == len(expected)
+    # Every row landed in the window of its commit timestamp, also when a later run finished the window.
+    import pyarrow.parquet as pq
+
+    for path in files:
+        table = pq.read_table(path, columns=["commit_timestamp", "window_start", "window_end"]).to_pylist()
+        assert all(r["window_start"] <= r["commit_timestamp"] < r["window_end"] for r in table), path
+    # Waves: children of the window's splits and merges were read in the same run, by later waves.
+    assert any(key.startswith("wave_2.extract[") for run in hourly_runs for key in run["tasks"])
+
+
+@pytest.fixture(scope="module")
+def backfill(stack: Stack, history: History, hourly_runs: list[dict[str, Any]]) -> dict[str, Any]:
+    before = _lineage_snapshot(stack.lineage_url, "live")
+    conf = {"stream": STREAM_NAME, "start": history.windows[0][0].isoformat(), "end": history.windows[-1][1].isoformat()}
+    runs = stack.run([{"dag_id": "spanner_cdc_backfill", "conf": conf}], "backfill")
+    return {"runs": runs, "before": before, "after": _lineage_snapshot(stack.lineage_url, "live")}
+
+
+def test_a_backfill_lands_the_same_changes_in_its_own_namespace(
+    stack: Stack, history: History, backfill: dict[str, Any]
+) -> None:
+    [run] = backfill["runs"]
+    assert run["state"] == "success", stack.log_path("backfill")
+    assert backfill["after"] == backfill["before"], "the backfill moved the live lineage"
+    with MetadataStore.connect(stack.lineage_url) as store:
+        namespaces = {lineage.namespace for lineage in store.lineages() if lineage.stream == CHANGE_STREAM}
+    [namespace] = namespaces - {"live"}
+    assert namespace.startswith("backfill_")
+    start, end = history.windows[0][0], history.windows[-1][1]
+    live_files = published_files(stack.lake / CHANGE_STREAM / "live")
+    backfilled_files = published_files(stack.lake / CHANGE_STREAM / namespace)
+    assert Counter(lake_identities(backfilled_files)) == Counter(_rows_in(live_files, start, end))
+    import pyarrow.parquet as pq
+
+    methods = {m for path in backfilled_files for m in pq.read_table(path, columns=["read_method"]).column(0).to_pylist()}
+    assert methods == {"spanner-change-stream-backfill"}
+    # Same change, same id: every backfilled row carries the uuid of the live row of that change.
+    assert set(lake_uuids(backfilled_files)) <= set(lake_uuids(live_files))
+    assert len(set(lake_uuids(backfilled_files))) == len(backfilled_files and lake_uuids(backfilled_files))
+
+
+def test_bad_backfill_forms_are_refused_with_a_clear_message(stack: Stack, history: History, backfill: dict[str, Any]) -> None:
+    start, end = history.windows[0][0], history.windows[-1][1]
+    confs = {
+        "reversed": {"stream": STREAM_NAME, "start": end.isoformat(), "end": start.isoformat()},
+        "too old": {"stream": STREAM_NAME, "start": (start - dt.timedelta(days=30)).isoformat(), "end": end.isoformat()},
+        "future": {"stream": STREAM_NAME, "start": start.isoformat(), "end": (end + dt.timedelta(days=400)).isoformat()},
+        "not a date": {"stream": STREAM_NAME, "start": "yesterday", "end": end.isoformat()},
+        "unknown stream": {"stream": "nope", "start": start.isoformat(), "end": end.isoformat()},
+        "heartbeat": {"stream": STREAM_NAME, "start": start.isoformat(), "end": end.isoformat(), "heartbeat_ms": 10},
+    }
+    runs = stack.run([{"dag_id": "spanner_cdc_backfill", "conf": conf} for conf in confs.values()], "refused")
+    results = dict(zip(confs, runs, strict=True))
+    log = stack.log_path("refused").read_text()
+    for name in ("reversed", "too old", "future"):
+        assert results[name]["state"] == "failed", name
+        assert results[name]["tasks"] == {"validate": "failed", "extract_windows": "upstream_failed"}, name
+    assert f"backfill refused: invalid end='{start.isoformat()}': expected a date-time after start ({end.isoformat()})" in log
+    assert "backfill refused: invalid start=" in log and "of history; older changes are gone from Spanner" in log
+    assert "expected a date-time not after the database's current time" in log
+    # Without a date-time format checker installed, jsonschema lets the text through and validate refuses it.
+    if results["not a date"]["state"] == "refused":
+        assert "date-time" in results["not a date"]["error"]
+    else:
+        assert results["not a date"]["tasks"] == {"validate": "failed", "extract_windows": "upstream_failed"}
+        assert "backfill refused: invalid start='yesterday': expected an ISO 8601 date-time" in log
+    # The form itself (JSON schema of the Params) refuses an unknown stream and a heartbeat out of range.
+    assert results["unknown stream"]["state"] == "refused"
+    assert "'nope' is not one of ['orders']" in results["unknown stream"]["error"]
+    assert results["heartbeat"]["state"] == "refused"
+    assert "10 is less than the minimum of 1000" in results["heartbeat"]["error"]
+    with MetadataStore.connect(stack.lineage_url) as store:
+        backfills = [lin for lin in store.lineages() if lin.namespace.startswith("backfill_")]
+    assert len(backfills) == 1, "a refused form created a lineage"
