@@ -12,8 +12,9 @@ from typing import Any, Protocol
 
 from spanner_cdc.local_spanner import ddl
 from spanner_cdc.local_spanner.clock import ServerClock
+from spanner_cdc.local_spanner.keysets import Rows
 from spanner_cdc.local_spanner.model import QueryError, RowChange, StreamDef, TableInfo
-from spanner_cdc.local_spanner.mutations import MutationSet, Rows
+from spanner_cdc.local_spanner.mutations import MutationSet
 from spanner_cdc.local_spanner.persistence import Journal
 from spanner_cdc.local_spanner.schema import Effect, Schema
 from spanner_cdc.local_spanner.values import format_timestamp, parse_timestamp

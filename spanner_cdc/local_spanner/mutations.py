@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spanner_cdc.local_spanner.keysets import Key, Rows, matching_keys
 from spanner_cdc.local_spanner.model import QueryError, RowChange
 from spanner_cdc.local_spanner.schema import Schema, TableDef
-from spanner_cdc.local_spanner.values import COMMIT_TIMESTAMP_PLACEHOLDER, normalize, pb_to_python, sort_key
-
-Key = tuple[Any, ...]
-Rows = dict[Key, dict[str, Any]]  # key tuple -> full row (key columns included)
+from spanner_cdc.local_spanner.values import COMMIT_TIMESTAMP_PLACEHOLDER, normalize, pb_to_python
 
 
 @dataclass
@@ -121,7 +119,6 @@ class MutationSet:
         touched.written.clear()
 
     def _matching_keys(self, table: TableDef, key_set: Any) -> list[Key]:
-        types = [self._key_column(table, name) for name in table.key_names]
         rows = dict(self.data.get(table.name, {}))
         for (name, key), touched in self._touched.items():
             if name == table.name:
@@ -129,48 +126,7 @@ class MutationSet:
                     rows.pop(key, None)
                 else:
                     rows[key] = touched.after
-        if key_set.all_:
-            return list(rows)
-        found: list[Key] = []
-        for key_pb in key_set.keys:
-            key = self._key_values(table, key_pb, types, prefix=False)
-            if key in rows:
-                found.append(key)
-        for key_range in key_set.ranges:
-            low, high = self._range(table, key_range, types)
-            for key in sorted(rows, key=lambda k: _order(types, k)):
-                if low(key) and high(key):
-                    found.append(key)
-        return found
-
-    def _key_column(self, table: TableDef, name: str) -> tuple[dict[str, Any], bool]:
-        column = table.column(name, self.schema.postgres)
-        assert column is not None
-        return column.type, dict(table.key)[name]
-
-    def _key_values(self, table: TableDef, key_pb: Any, types: Sequence[tuple[dict[str, Any], bool]], prefix: bool) -> Key:
-        values = [pb_to_python(v) for v in key_pb.values]
-        if len(values) > len(types) or (not prefix and len(values) != len(types)):
-            raise QueryError("INVALID_ARGUMENT", f"Key {values} for table {table.name} does not match its primary key ({', '.join(table.key_names)})")
-        return tuple(normalize(t, v, f"key column {table.name}.{n}") for (t, _), v, n in zip(types, values, table.key_names, strict=False))
-
-    def _range(self, table: TableDef, key_range: Any, types: Sequence[tuple[dict[str, Any], bool]]) -> tuple[Any, Any]:
-        start_kind = key_range.WhichOneof("start_key_type")
-        end_kind = key_range.WhichOneof("end_key_type")
-        if start_kind is None or end_kind is None:
-            raise QueryError("INVALID_ARGUMENT", f"Key range for table {table.name} needs a start and an end")
-        start = _order(types, self._key_values(table, getattr(key_range, start_kind), types, prefix=True))
-        end = _order(types, self._key_values(table, getattr(key_range, end_kind), types, prefix=True))
-
-        def low(key: Key) -> bool:
-            head = _order(types, key)[: len(start)]
-            return head >= start if start_kind == "start_closed" else head > start
-
-        def high(key: Key) -> bool:
-            head = _order(types, key)[: len(end)]
-            return head <= end if end_kind == "end_closed" else head < end
-
-        return low, high
+        return matching_keys(table, self.schema.postgres, rows, key_set)
 
     def changes(self) -> list[RowChange]:
         """One row change per touched row (net effect, in first-touch order); untouched net no-ops dropped."""
@@ -197,20 +153,6 @@ class MutationSet:
 
     def writes(self) -> list[tuple[str, Key, dict[str, Any] | None]]:
         return [(t.table.name, t.key, t.after) for t in self._touched.values() if t.before is not None or t.after is not None]
-
-
-def _order(types: Sequence[tuple[dict[str, Any], bool]], key: Key) -> tuple[Any, ...]:
-    return tuple(sort_key(t, v, desc) for (t, desc), v in zip(types, key, strict=False))
-
-
-def sorted_keys(table: TableDef, rows: Rows, postgres: bool) -> list[Key]:
-    """Keys of `rows` in primary key order."""
-    types = []
-    for name, descending in table.key:
-        column = table.column(name, postgres)
-        assert column is not None
-        types.append((column.type, descending))
-    return sorted(rows, key=lambda k: _order(types, k))
 
 
 def _show(key: Key) -> str:

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from spanner_cdc.local_spanner.catalog import Database
+from spanner_cdc.local_spanner.keysets import matching_keys, sorted_keys
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.mutations import sorted_keys
 from spanner_cdc.local_spanner.schema import DEFAULT_RETENTION_TEXT
 from spanner_cdc.local_spanner.sql import Arg, LiteralSelect, TableQuery
 from spanner_cdc.local_spanner.values import normalize, public_type
@@ -137,3 +137,21 @@ def table_query(database: Database, plan: TableQuery, params: Mapping[str, Any])
         return [("", _INT64)], [[str(len(records))]]
     selected = available if plan.columns is None else [resolve(c) for c in plan.columns]
     return selected, [[r.get(name) for name, _ in selected] for r in records]
+
+
+def read_rows(database: Database, table_name: str, columns: list[str], key_set: Any, limit: int) -> tuple[Columns, list[list[Any]]]:
+    """The Read RPC: `columns` of the rows a KeySet names, in key order, at most `limit` (0: all)."""
+    table = database.schema.table(table_name)
+    if table is None:
+        raise QueryError("NOT_FOUND", f"Table not found: {table_name}")
+    selected = []
+    for name in columns:
+        column = table.column(name, database.postgres)
+        if column is None:
+            raise QueryError("NOT_FOUND", f"Column not found in table {table.name}: {name}")
+        selected.append(column)
+    rows = database.data.get(table.name, {})
+    keys = matching_keys(table, database.postgres, rows, key_set)
+    if limit > 0:
+        keys = keys[:limit]
+    return [(c.name, public_type(c.type)) for c in selected], [[rows[k].get(c.name) for c in selected] for k in keys]

@@ -24,6 +24,7 @@ from google.cloud.spanner_v1.types import (
     GetSessionRequest,
     ListSessionsRequest,
     ListSessionsResponse,
+    ReadRequest,
     RollbackRequest,
     Session,
     Transaction,
@@ -33,7 +34,7 @@ from google.protobuf import empty_pb2, timestamp_pb2
 from spanner_cdc.local_spanner import sql, wire
 from spanner_cdc.local_spanner.catalog import Catalog, Database
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.queries import argument, literal_select, table_query
+from spanner_cdc.local_spanner.queries import argument, literal_select, read_rows, table_query
 from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, metadata, pg_metadata
 from spanner_cdc.local_spanner.streaming import ChangeStreamSender, FaultInjector, InjectedFailure, Position
 from spanner_cdc.local_spanner.values import parse_timestamp, pb_to_python
@@ -209,16 +210,7 @@ class SpannerService:
             yield from self._change_stream(database, plan, params, request.resume_token, transaction_id, context)
             return
         columns, rows = self._small_query(database, plan, params)
-        skip = int(request.resume_token.decode()[1:]) if request.resume_token.startswith(b"r") else 0
-        encoded_metadata = metadata(columns, transaction_id)
-        batch: list[bytes] = []
-        for index in range(skip, len(rows)):
-            batch.extend(wire.encode(v) for v in rows[index])
-            if len(batch) >= 1000:
-                yield wire.partial_result_set(batch, f"r{index + 1}".encode(), encoded_metadata)
-                batch, encoded_metadata = [], b""
-        if batch or encoded_metadata:
-            yield wire.partial_result_set(batch, f"r{len(rows)}".encode() if batch else b"", encoded_metadata)
+        yield from _stream_rows(columns, rows, request.resume_token, transaction_id)
 
     def execute_sql(self, request: Any, context: grpc.ServicerContext) -> bytes:
         session = self._session(request.session)
@@ -230,6 +222,24 @@ class SpannerService:
             raise QueryError("INVALID_ARGUMENT", "Change stream queries must use ExecuteStreamingSql")
         columns, rows = self._small_query(database, plan, params)
         return wire.result_set(metadata(columns, transaction_id), [[wire.encode(v) for v in row] for row in rows])
+
+    def _read(self, request: Any) -> tuple[Any, list[list[Any]], bytes]:
+        session = self._session(request.session)
+        database = self.catalog.database(session.database)
+        if request.index:
+            raise QueryError("UNIMPLEMENTED", f"Reads through index {request.index} are not supported by the local Spanner server: read the table")
+        transaction_id = self._begin_if_asked(request)
+        with self.catalog.lock:
+            columns, rows = read_rows(database, request.table, list(request.columns), request.key_set, request.limit)
+        return columns, rows, transaction_id
+
+    def read(self, request: Any, context: grpc.ServicerContext) -> bytes:
+        columns, rows, transaction_id = self._read(request)
+        return wire.result_set(metadata(columns, transaction_id), [[wire.encode(v) for v in row] for row in rows])
+
+    def streaming_read(self, request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
+        columns, rows, transaction_id = self._read(request)
+        yield from _stream_rows(columns, rows, request.resume_token, transaction_id)
 
     def _small_query(self, database: Database, plan: sql.Plan, params: dict[str, Any]) -> tuple[Any, list[list[Any]]]:
         if isinstance(plan, sql.LiteralSelect):
@@ -273,6 +283,20 @@ class SpannerService:
         finally:
             with self._lock:
                 self.active_reads -= 1
+
+
+def _stream_rows(columns: Any, rows: list[list[Any]], resume_token: bytes, transaction_id: bytes) -> Iterator[bytes]:
+    """A materialised result as PartialResultSets; the resume token counts the rows sent."""
+    skip = int(resume_token.decode()[1:]) if resume_token.startswith(b"r") else 0
+    encoded_metadata = metadata(columns, transaction_id)
+    batch: list[bytes] = []
+    for index in range(skip, len(rows)):
+        batch.extend(wire.encode(v) for v in rows[index])
+        if len(batch) >= 1000:
+            yield wire.partial_result_set(batch, f"r{index + 1}".encode(), encoded_metadata)
+            batch, encoded_metadata = [], b""
+    if batch or encoded_metadata:
+        yield wire.partial_result_set(batch, f"r{len(rows)}".encode() if batch else b"", encoded_metadata)
 
 
 def _stream_arguments(plan: sql.ChangeStreamQuery, params: dict[str, Any], function: str) -> tuple[datetime, datetime | None, str | None, int]:
@@ -344,5 +368,7 @@ def handlers(service: SpannerService) -> grpc.GenericRpcHandler:
             "Rollback": unary(service.rollback, RollbackRequest),
             "ExecuteSql": unary(service.execute_sql, ExecuteSqlRequest),
             "ExecuteStreamingSql": streaming(service.execute_streaming_sql, ExecuteSqlRequest),
+            "Read": unary(service.read, ReadRequest),
+            "StreamingRead": streaming(service.streaming_read, ReadRequest),
         },
     )

@@ -73,3 +73,17 @@ def test_bad_mutations_fail_the_whole_commit(make_spanner_database: Any, mutate:
         batch.insert("Items", ["Shop", "Id"], [["a", 2]])
         mutate(batch)
     assert select(database, "SELECT Shop, Id FROM Items") == [["a", 1]]
+
+
+def test_snapshot_read_by_keys_and_ranges(make_spanner_database: Any) -> None:
+    database = make_spanner_database(SCHEMA)
+    with database.batch() as batch:
+        batch.insert("Items", ["Shop", "Id", "Price"], [["a", i, f"{i}"] for i in (1, 2, 3, 20)] + [["b", 1, "7"]])
+    key_set = spanner.KeySet(keys=[["b", 1], ["a", 1], ["zz", 0]], ranges=[spanner.KeyRange(start_closed=["a", 2], end_open=["a", 20])])
+    with database.snapshot() as snapshot:
+        rows = [list(r) for r in snapshot.read("Items", ["Id", "Shop", "Price"], key_set)]
+    assert rows == [[1, "a", Decimal("1")], [2, "a", Decimal("2")], [3, "a", Decimal("3")], [1, "b", Decimal("7")]]
+    with database.snapshot() as snapshot:
+        assert [list(r) for r in snapshot.read("Items", ["Id"], spanner.KeySet(all_=True), limit=2)] == [[1], [2]]
+    with pytest.raises(exceptions.NotFound, match="Column not found in table Items: Nope"), database.snapshot() as snapshot:
+        list(snapshot.read("Items", ["Nope"], spanner.KeySet(all_=True)))

@@ -9,8 +9,9 @@ import pytest
 from google.cloud.spanner_v1.types import KeyRange, KeySet, Mutation
 
 from spanner_cdc.local_spanner import ddl
+from spanner_cdc.local_spanner.keysets import Rows, sorted_keys
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.mutations import MutationSet, Rows, sorted_keys
+from spanner_cdc.local_spanner.mutations import MutationSet
 from spanner_cdc.local_spanner.schema import Schema
 from spanner_cdc.local_spanner.values import to_pb_value
 
