@@ -11,9 +11,14 @@ TokenPayload = dict[str, str]
 
 
 class TokenLike(Protocol):
-    token: str
-    read_from: dt.datetime
-    read_to: dt.datetime
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def read_from(self) -> dt.datetime: ...
+
+    @property
+    def read_to(self) -> dt.datetime: ...
 
 
 def short_token(token: str, width: int = 10) -> str:
