@@ -19,6 +19,7 @@ STREAM_OPTIONS = (
     "exclude_delete",
     "exclude_ttl_deletes",
     "allow_txn_exclusion",
+    "partition_mode",
 )
 MIN_RETENTION, MAX_RETENTION = timedelta(days=1), timedelta(days=30)
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -123,6 +124,8 @@ def check_stream_option(name: str, value: str | None) -> None:
             raise QueryError("INVALID_ARGUMENT", f"Invalid retention_period: {exc}") from None
         if not MIN_RETENTION <= retention <= MAX_RETENTION:
             raise QueryError("INVALID_ARGUMENT", f"Invalid retention_period {value!r}: expected between 1d and 30d")
+    if name == "partition_mode" and value != "IMMUTABLE_KEY_RANGE":
+        raise QueryError("INVALID_ARGUMENT", f"partition_mode {value!r} is not supported by the local Spanner server: expected IMMUTABLE_KEY_RANGE")
     if name.startswith(("exclude_", "allow_")) and value not in ("true", "false"):
         raise QueryError("INVALID_ARGUMENT", f"Invalid value for {name}: {value!r}: expected true or false")
 
