@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from spanner_cdc.errors import ExtractError, SpannerCdcError
 from spanner_cdc.lake.layout import JOURNAL_NAME, LakeLayout, compact_time
 from spanner_cdc.lake.publish import clear_journal, clear_staging, publish, read_journal, remove_orphans
-from spanner_cdc.spark.token_job import TokenJobSpec, run_token_job
+from spanner_cdc.spark.spec import TokenJobSpec, lake_writer
+from spanner_cdc.spark.token_job import run_token_job
 from spanner_cdc.store.models import Claim, LeaseLost
 from spanner_cdc.store.rules import inclusive_end
 
@@ -97,6 +98,7 @@ class ExtractJob:
     window_end: datetime
     read_method: str
     connection: dict[str, Any]  # project, instance, database, emulator_host, dialect, heartbeat_ms
+    writer: str = field(default_factory=lake_writer)
 
 
 class LeaseKeeper:
@@ -190,6 +192,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
             window_end=job.window_end,
             read_method=job.read_method,
             attempt_dir=str(attempt_dir),
+            writer=job.writer,
             **job.connection,
         )
         log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, token[:16], read_from.isoformat(), read_to.isoformat(), claim.attempt)

@@ -1,4 +1,4 @@
-"""The pyspark Python data source `spanner_change_stream`: reads one partition token on an executor as lake batches."""
+"""The pyspark Python data source `spanner_change_stream`: reads one partition token on an executor."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spanner_cdc.lake.schema import spark_ddl
-from spanner_cdc.spark.token_job import SOURCE_NAME, TokenJobSpec, read_token
+from spanner_cdc.spark.executor import FILES_DDL, land_token, read_token
+from spanner_cdc.spark.spec import TokenJobSpec
+
+SOURCE_NAME = "spanner_change_stream"
 
 
 class SpannerChangeStreamReader(DataSourceReader):
@@ -20,18 +23,23 @@ class SpannerChangeStreamReader(DataSourceReader):
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_token(TokenJobSpec.from_options(self.options))
+        spec = TokenJobSpec.from_options(self.options)
+        return land_token(spec) if spec.writer == "arrow" else read_token(spec)
 
 
 class SpannerChangeStreamDataSource(DataSource):
-    """`spark.read.format("spanner_change_stream").options(**TokenJobSpec.options()).load()`."""
+    """`spark.read.format("spanner_change_stream").options(**TokenJobSpec.options()).load()`.
+
+    With writer=arrow (default) the rows are the staged files (table, path, rows): the executor lands
+    the data itself. With writer=spark they are the lake rows, for Spark's Parquet writer.
+    """
 
     @classmethod
     def name(cls) -> str:
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return spark_ddl()
+        return FILES_DDL if self.options.get("writer", "arrow") == "arrow" else spark_ddl()
 
     def reader(self, schema: Any) -> DataSourceReader:
         return SpannerChangeStreamReader(self.options)

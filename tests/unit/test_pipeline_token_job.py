@@ -1,12 +1,20 @@
-"""The token job's pure parts: data source options, record -> batch + control summary, the control file."""
+"""The token job's pure parts: data source options, record -> batch + control summary, staged files, control file."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
 
+import pyarrow.parquet as pq
+import pytest
+
+from spanner_cdc.errors import ConfigError
+from spanner_cdc.lake.publish import staged_files
+from spanner_cdc.lake.schema import LAKE_SCHEMA
+from spanner_cdc.spark import executor
 from spanner_cdc.spark.control import ControlSummary
-from spanner_cdc.spark.token_job import TokenJobSpec, envelope_batches
+from spanner_cdc.spark.executor import TableFiles, envelope_batches
+from spanner_cdc.spark.spec import WRITER_ENV, TokenJobSpec, lake_writer
 from tests.unit.lake_records import T0, children, data_record, heartbeat
 
 E = T0 + timedelta(hours=1)
@@ -72,3 +80,29 @@ def test_control_file_round_trip(tmp_path: Path) -> None:
     summary.write(path)
     assert ControlSummary.read(path).error_type == "RetentionError"  # type: ignore[union-attr]
     assert [p.name for p in path.parent.iterdir()] == ["control.json"]
+
+
+def test_table_files_land_each_table_in_the_staging_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(executor, "ROW_GROUP_ROWS", 4)
+    records = [data_record(i, tx=f"t{i}", table="Users" if i % 3 else "Orders", mods=2) for i in range(9)]
+    files = TableFiles(tmp_path / "data", "abc")
+    for batch in envelope_batches(spec(tmp_path), records, ControlSummary("tok", T0, LAST)):
+        files.write(batch)
+    listing = files.close().to_pylist()
+    assert [(f["table"], f["rows"]) for f in listing] == [("Orders", 6), ("Users", 12)]
+    staged = staged_files(tmp_path / "data")
+    assert [(f.table, str(f.path)) for f in staged] == [(f["table"], f["path"]) for f in listing]
+    users = pq.ParquetFile(listing[1]["path"])
+    assert users.schema_arrow == LAKE_SCHEMA
+    assert users.metadata.num_row_groups >= 2  # flushed in row groups as rows came, not all at the end
+    assert [r["mod_index"] for r in users.read().to_pylist()][:4] == [0, 1, 0, 1]
+
+
+def test_lake_writer_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(WRITER_ENV, raising=False)
+    assert lake_writer() == "arrow"
+    monkeypatch.setenv(WRITER_ENV, "Spark")
+    assert lake_writer() == "spark"
+    monkeypatch.setenv(WRITER_ENV, "csv")
+    with pytest.raises(ConfigError, match="SPANNER_CDC_LAKE_WRITER"):
+        lake_writer()

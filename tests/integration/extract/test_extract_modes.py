@@ -16,6 +16,7 @@ import pytest
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.local_spanner.launcher import LocalSpanner
 from spanner_cdc.spark.launcher import StandaloneCluster, spark_home
+from spanner_cdc.spark.spec import WRITER_ENV
 from tests.integration.extract.lake_reading import change_of, published_rows
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload, cli_env
 
@@ -77,6 +78,8 @@ def test_spark_connect_through_the_cli(
     work, start, end = one_window(database, local_spanner)
     command = [sys.executable, "-m", "spanner_cdc", "extract", "--window-start", start.isoformat(),
                "--window-end", end.isoformat(), "--json"]  # fmt: skip
-    done = subprocess.run(command, env=cli_env(settings), capture_output=True, text=True, timeout=600, cwd=REPO)
+    # this run hands the lake rows to Spark's own Parquet writer; the others write with pyarrow on the executor
+    env = cli_env(settings, **{WRITER_ENV: "spark"})
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-4000:]
     check_lake(settings, work, json.loads(done.stdout))

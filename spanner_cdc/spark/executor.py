@@ -1,0 +1,160 @@
+"""Executor side of a token job: read the partition, build lake batches, land them as Parquet in staging."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spanner_cdc.lake.rows import EnvelopeBatcher, EnvelopeContext
+from spanner_cdc.lake.schema import PARTITION_COLUMN
+from spanner_cdc.records import ChangeRecord, DataChangeRecord
+from spanner_cdc.spark.control import ControlSummary
+from spanner_cdc.spark.spec import TokenJobSpec
+
+FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT"
+FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64())])
+ROW_GROUP_ROWS = 65_536
+MAX_BUFFERED_BYTES = 64 << 20
+
+
+def envelope_batches(spec: TokenJobSpec, records: Iterable[ChangeRecord], summary: ControlSummary) -> Iterator[pa.RecordBatch]:
+    """Data change records -> bounded lake batches; every record (control ones too) is noted in `summary`."""
+    batcher = EnvelopeBatcher(
+        EnvelopeContext(spec.stream, spec.read_method, spec.token, spec.window_start, spec.window_end),
+        max_rows=spec.max_rows,
+    )
+    for record in records:
+        if isinstance(record, DataChangeRecord):
+            summary.observe(record, batcher.add(record))
+            if batcher.full:
+                batch = batcher.take()
+                if batch is not None:
+                    yield batch
+        else:
+            summary.observe(record)
+    batch = batcher.take()
+    if batch is not None:
+        yield batch
+
+
+_databases: dict[tuple[str, str, str, str | None], Any] = {}
+_databases_lock = threading.Lock()
+
+
+def _database(spec: TokenJobSpec) -> Any:
+    """One client per executor process and database: Python workers are reused across tasks."""
+    from spanner_cdc.settings import Settings
+    from spanner_cdc.spanner_client import open_database
+
+    key = (spec.project, spec.instance, spec.database, spec.emulator_host)
+    with _databases_lock:
+        if key not in _databases:
+            settings = Settings(
+                project=spec.project, instance=spec.instance, database=spec.database, emulator_host=spec.emulator_host
+            )
+            _databases[key] = open_database(settings)
+        return _databases[key]
+
+
+def read_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
+    """Executor side: read the token's range, yield its lake batches, then write the control file.
+
+    The control file is written only after the last record, so its presence means the whole
+    range was read; a failure writes it with the error instead, and re-raises.
+    """
+    from spanner_cdc.reader import PartitionReader
+
+    summary = ControlSummary(spec.token, spec.read_from, spec.read_to)
+    reader = PartitionReader(_database(spec), spec.stream, dialect=spec.dialect, heartbeat_ms=spec.heartbeat_ms)
+    try:
+        yield from envelope_batches(spec, reader.read(spec.token, spec.read_from, spec.read_to), summary)
+    except Exception as exc:
+        summary.resumes = reader.resumes
+        summary.error_type = type(exc).__name__
+        summary.error_message = str(exc)
+        summary.write(spec.control_path)
+        raise
+    summary.resumes = reader.resumes
+    summary.write(spec.control_path)
+
+
+class TableFiles:
+    """One Parquet file per table, in the staging layout Spark's partitionBy leaves (publish reads either).
+
+    Rows are buffered per table into row groups of ~ROW_GROUP_ROWS, and everything buffered is flushed
+    once it passes MAX_BUFFERED_BYTES, so memory stays bounded whatever the partition's size.
+    """
+
+    def __init__(self, data_dir: Path, part: str) -> None:
+        self.data_dir = data_dir
+        self.part = part
+        self.writers: dict[str, tuple[Any, Path]] = {}
+        self.rows: dict[str, int] = {}
+        self.pending: dict[str, list[pa.RecordBatch]] = {}
+        self.pending_rows: dict[str, int] = {}
+        self.pending_bytes = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        tables = batch.column(PARTITION_COLUMN)
+        data = batch.drop_columns([PARTITION_COLUMN])
+        names = pc.unique(tables).to_pylist()
+        for table in names:
+            rows = data if len(names) == 1 else data.filter(pc.equal(tables, table))
+            self.pending.setdefault(table, []).append(rows)
+            self.pending_rows[table] = self.pending_rows.get(table, 0) + rows.num_rows
+            self.pending_bytes += rows.nbytes
+            if self.pending_rows[table] >= ROW_GROUP_ROWS:
+                self._flush(table)
+        if self.pending_bytes >= MAX_BUFFERED_BYTES:
+            for table in list(self.pending):
+                self._flush(table)
+
+    def _flush(self, table: str) -> None:
+        import pyarrow.parquet as pq
+
+        batches = self.pending.pop(table, [])
+        self.pending_rows.pop(table, None)
+        if not batches:
+            return
+        self.pending_bytes -= sum(b.nbytes for b in batches)
+        if table not in self.writers:
+            path = self.data_dir / f"{PARTITION_COLUMN}={quote(table, safe='')}" / f"part-00000-{self.part}.c000.snappy.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.writers[table] = (pq.ParquetWriter(path, batches[0].schema, compression="snappy"), path)
+            self.rows[table] = 0
+        self.writers[table][0].write_table(pa.Table.from_batches(batches), row_group_size=ROW_GROUP_ROWS)
+        self.rows[table] += sum(b.num_rows for b in batches)
+
+    def close(self) -> pa.RecordBatch:
+        """Flush and close every file; the listing (table, path, rows) is the job's only output row(s)."""
+        for table in list(self.pending):
+            self._flush(table)
+        for writer, _ in self.writers.values():
+            writer.close()
+        names = sorted(self.writers)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(names, pa.string()),
+                pa.array([str(self.writers[t][1]) for t in names], pa.string()),
+                pa.array([self.rows[t] for t in names], pa.int64()),
+            ],
+            schema=FILES_SCHEMA,
+        )
+
+
+def land_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
+    """Executor side, arrow writer: land the token's lake files in staging here, yield only their listing."""
+    files = TableFiles(spec.data_dir, uuid.uuid4().hex)
+    try:
+        for batch in read_token(spec):
+            files.write(batch)
+    finally:
+        listing = files.close()
+    yield listing

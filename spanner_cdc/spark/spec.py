@@ -1,0 +1,89 @@
+"""What one token's Spark job needs, shipped to executors as data source options (strings)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.errors import ConfigError
+from spanner_cdc.lake.rows import DEFAULT_MAX_ROWS
+from spanner_cdc.spark.control import CONTROL_NAME
+
+DATA_DIR = "data"
+WRITER_ENV = "SPANNER_CDC_LAKE_WRITER"
+# arrow: executors write the Parquet files with pyarrow (one pass, the default: measured faster);
+# spark: executors hand the lake batches to Spark's Parquet writer (DataFrameWriter.partitionBy)
+WRITERS = ("arrow", "spark")
+
+
+def lake_writer() -> str:
+    value = os.environ.get(WRITER_ENV, "arrow").strip().lower() or "arrow"
+    if value not in WRITERS:
+        raise ConfigError(WRITER_ENV, value, "one of " + ", ".join(WRITERS))
+    return value
+
+
+@dataclass(frozen=True)
+class TokenJobSpec:
+    """Everything an executor needs to read one token over [read_from, read_to]; travels as data source options."""
+
+    project: str
+    instance: str
+    database: str
+    emulator_host: str | None
+    stream: str
+    dialect: str
+    heartbeat_ms: int
+    token: str
+    read_from: datetime
+    read_to: datetime
+    window_start: datetime
+    window_end: datetime
+    read_method: str
+    attempt_dir: str
+    max_rows: int = DEFAULT_MAX_ROWS
+    writer: str = "arrow"
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.attempt_dir) / DATA_DIR
+
+    @property
+    def control_path(self) -> Path:
+        return Path(self.attempt_dir) / CONTROL_NAME
+
+    def options(self) -> dict[str, str]:
+        options = {}
+        for key, value in asdict(self).items():
+            if value is None:
+                continue
+            options[key] = value.isoformat() if isinstance(value, datetime) else str(value)
+        return options
+
+    @classmethod
+    def from_options(cls, options: Any) -> TokenJobSpec:
+        # Spark lower-cases data source option keys; every field name here is lower case already.
+        get = options.get
+        return cls(
+            project=get("project"),
+            instance=get("instance"),
+            database=get("database"),
+            emulator_host=get("emulator_host") or None,
+            stream=get("stream"),
+            dialect=get("dialect"),
+            heartbeat_ms=int(get("heartbeat_ms")),
+            token=get("token"),
+            read_from=datetime.fromisoformat(get("read_from")),
+            read_to=datetime.fromisoformat(get("read_to")),
+            window_start=datetime.fromisoformat(get("window_start")),
+            window_end=datetime.fromisoformat(get("window_end")),
+            read_method=get("read_method"),
+            attempt_dir=get("attempt_dir"),
+            max_rows=int(get("max_rows") or DEFAULT_MAX_ROWS),
+            writer=get("writer") or "arrow",
+        )
+
+
