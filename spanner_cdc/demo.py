@@ -101,6 +101,7 @@ def write_streams_config(path: Path, start: dt.datetime) -> None:
         'dialect = "GOOGLE_STANDARD_SQL"\n'
         f"start_date = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}\n"
         "catchup = false\n"
+        "waves = 5\n"
     )
 
 

@@ -109,6 +109,12 @@ class DemoSummary:
         return "\n".join(lines) + "\n"
 
 
+def _short(value: str | None, time_only: bool = False) -> str:
+    if not value:
+        return "?"
+    return dt.datetime.fromisoformat(value).strftime("%H:%M" if time_only else "%Y-%m-%d %H:%M")
+
+
 def _splits_and_merges(edges: Sequence[tuple[str, str]]) -> tuple[int, int]:
     children = Counter(parent for parent, _ in edges)
     parents = Counter(child for _, child in edges)
@@ -135,8 +141,8 @@ def summarize(
         stored = {(w.start, w.end): w for w in store.windows(lineage.id)}
     run_rows = [
         {
-            "start": run.get("data_interval_start"),
-            "end": run.get("data_interval_end"),
+            "start": _short(run.get("data_interval_start")),
+            "end": _short(run.get("data_interval_end"), time_only=True),
             "state": run.get("state", "?"),
             "tasks": len(run.get("tasks", {})),
             "seconds": run.get("seconds"),

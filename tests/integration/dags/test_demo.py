@@ -1,0 +1,94 @@
+"""`spanner-cdc demo` end to end: its summary's numbers, checked against the lake, the store and the ground truth."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from spanner_cdc.embedded_pg import EmbeddedPostgres
+from spanner_cdc.local_spanner.workload import load_ground_truth
+from spanner_cdc.store import MetadataStore
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HOURS = 2
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    home = tmp_path_factory.mktemp("demo-home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "AIRFLOW", "SPANNER_EMULATOR"))}
+    command = [sys.executable, "-m", "spanner_cdc", "demo", "--json", "--home", str(home),
+               "--hours", str(HOURS), "--transactions", "300", "--spark-master", "local[2]"]
+    try:
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
+        state = json.loads((home / "demo" / "demo.json").read_text()) if (home / "demo" / "demo.json").exists() else {}
+        # Read the store while the demo's Postgres still runs; stop it afterwards (the demo leaves it up for `up`).
+        store_view = _store_view(state["lineage_url"]) if state else {}
+    finally:
+        EmbeddedPostgres(home / "postgres", 0).stop()
+    return {"result": result, "home": home, "state": state, "store": store_view}
+
+
+def _store_view(url: str) -> dict[str, Any]:
+    with MetadataStore.connect(url) as store:
+        lineage = store.get_lineage("demo_stream", "live")
+        graph = store.graph(lineage.id)
+        return {
+            "windows": {(w.start, w.end): w for w in store.windows(lineage.id)},
+            "states": Counter(str(node.state) for node in graph.nodes),
+            "edges": list(graph.edges),
+        }
+
+
+def _published(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*.parquet") if not any(part.startswith(("_", ".")) for part in p.relative_to(root).parts)]
+
+
+def test_the_demo_ends_with_a_summary_whose_numbers_are_true(demo_run: dict[str, Any]) -> None:
+    result = demo_run["result"]
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert summary["ok"] is True
+    home: Path = demo_run["home"]
+    first = dt.datetime.fromisoformat(demo_run["state"]["first_window"])
+    windows = [(first + k * dt.timedelta(hours=1), first + (k + 1) * dt.timedelta(hours=1)) for k in range(HOURS)]
+
+    # Windows: as the store has them.
+    store = demo_run["store"]
+    assert len(summary["windows"]) == HOURS
+    for row, bounds in zip(summary["windows"], windows, strict=True):
+        stored = store["windows"][bounds]
+        assert (row["state"], row["records"], row["files"]) == (stored.state, stored.records, stored.files)
+        assert stored.state == "COMPLETE"
+    assert summary["partitions"] == dict(store["states"])
+    parents = Counter(child for _, child in store["edges"])
+    children = Counter(parent for parent, _ in store["edges"])
+    assert summary["merges"] == sum(1 for n in parents.values() if n > 1) >= 1
+    assert summary["splits"] == sum(1 for n in children.values() if n > 1) >= 1
+
+    # Rows: read back from the Parquet files, independently of the demo's own reading.
+    lake = home / "demo" / "lake" / "demo_stream" / "live"
+    assert summary["lake"] == str(lake)
+    files = _published(lake)
+    assert summary["files"] == len(files)
+    stamps = [ts for f in files for ts in pq.read_table(f, columns=["commit_timestamp"]).column(0).to_pylist()]
+    in_history = sum(1 for ts in stamps if windows[0][0] <= ts < windows[-1][1])
+    assert summary["landed"] == in_history
+    assert summary["landed_outside_windows"] == len(stamps) - in_history
+    assert sum(store["windows"][w].records for w in windows) == in_history
+
+    # Written: the workload's ground truth.
+    truth = load_ground_truth(home / "demo" / "ground_truth.jsonl")
+    assert summary["written"] == sum(1 for row in truth if windows[0][0] <= row.commit_timestamp < windows[-1][1])
+    assert summary["written"] == summary["landed"] > 0
+    assert summary["missing"] == summary["unexpected"] == summary["duplicate_uuids"] == 0
