@@ -99,9 +99,18 @@ def test_schema_essentials() -> None:
             assert re.match(r"^\d+:\d+$", str(port)), f"{name}: port {port}"
 
 
-def test_official_emulator_only_by_profile() -> None:
+def test_official_emulator_and_demo_workload_only_by_profile() -> None:
     emulator = services()["spanner-emulator"]
     assert emulator["profiles"] == ["emulator"]
+    workload = services()["demo-workload"]
+    assert workload["profiles"] == ["demo"]
+    # It writes to the database and change stream of the stack's demo stream.
+    command = workload["command"]
+    streams = load_streams(load_settings({}, env={CONFIG_ENV: str(REPO / "config" / "streams.compose.toml")}))
+    demo = streams["demo"]
+    assert command[command.index("--database") + 1] == demo.database
+    assert command[command.index("--stream") + 1] == demo.change_stream
+    assert command[command.index("--host") + 1] == "local-spanner:9010"
     assert emulator["image"].startswith("gcr.io/cloud-spanner-emulator/emulator:")
     assert all("profiles" not in services()[name] for name in REQUIRED)
 
