@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -142,6 +143,40 @@ def test_two_hourly_windows_through_a_split_and_a_merge_land_the_ground_truth(
         assert all(r["window_start"] <= r["commit_timestamp"] < r["window_end"] for r in table), path
     # Waves: children of the window's splits and merges were read in the same run, by later waves.
     assert any(key.startswith("wave_2.extract[") for run in hourly_runs for key in run["tasks"])
+    # With two waves a window was left open by its run (close skipped) and finished by the next one's catch_up.
+    left_open = [i for i, run in enumerate(hourly_runs[:2]) if run["tasks"]["close"] == "skipped"]
+    assert left_open, "every window closed in its own run: the catch_up path was not exercised"
+    assert all(hourly_runs[i + 1]["tasks"]["catch_up"] == "success" for i in left_open)
+
+
+def _asset_events(stack: Stack) -> list[dict[str, Any]]:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(stack.env.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text(
+                "SELECT a.name, e.extra, e.source_task_id FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                "ORDER BY e.timestamp"
+            ))
+            return [{"asset": r[0], "extra": r[1] if isinstance(r[1], dict) else json.loads(r[1]), "task": r[2]} for r in rows]
+    finally:
+        engine.dispose()
+
+
+def test_each_complete_window_emits_one_asset_event_with_its_bounds_and_counts(
+    stack: Stack, history: History, hourly_runs: list[dict[str, Any]]
+) -> None:
+    events = [e for e in _asset_events(stack) if e["asset"] == f"spanner_cdc_landed__{STREAM_NAME}"]
+    live = _lineage_snapshot(stack.lineage_url, "live")
+    complete = {(w.start.isoformat(), w.end.isoformat()): w for w in live["windows"] if w.state == "COMPLETE"}
+    by_window = Counter((e["extra"]["window_start"], e["extra"]["window_end"]) for e in events)
+    assert by_window == Counter(complete.keys())  # one event per complete window, from close or catch_up
+    for event in events:
+        window = complete[(event["extra"]["window_start"], event["extra"]["window_end"])]
+        assert (event["extra"]["records"], event["extra"]["files"]) == (window.records, window.files)
+        assert event["extra"]["namespace"] == "live" and event["task"] in ("close", "catch_up")
+    assert any(e["task"] == "catch_up" for e in events), "no window was finished by a later run"
 
 
 @pytest.fixture(scope="module")
