@@ -38,6 +38,8 @@ def policy_args(partitions: int) -> list[str]:
 
 
 def new_database(server: LocalSpanner) -> Any:
+    # the client (and open_database) read SPANNER_EMULATOR_HOST: point it at this part's server
+    os.environ["SPANNER_EMULATOR_HOST"] = server.host
     return create_database(server.host, PROJECT, INSTANCE, f"b{uuid.uuid4().hex[:12]}", DDL, "GOOGLE_STANDARD_SQL")
 
 

@@ -234,9 +234,9 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
     clear_staging(attempt_dir)
     elapsed = time.monotonic() - started
     log.info(
-        "%s %s: landed %d rows in %d files in %.1fs; watermark %s%s",
-        job.stream, token[:16], summary.rows, len(files), elapsed, summary.watermark.isoformat(),
-        f", finished, children ready: {len(promoted)}" if summary.finished else "",
+        "%s %s: landed %d rows in %d files in %.1fs (executor %.1fs, %.1fs CPU); watermark %s%s",
+        job.stream, token[:16], summary.rows, len(files), elapsed, summary.elapsed_s, summary.cpu_s,
+        summary.watermark.isoformat(), f", finished, children ready: {len(promoted)}" if summary.finished else "",
     )  # fmt: skip
     return TokenResult(
         token=token,

@@ -17,7 +17,7 @@ from spanner_cdc.errors import ConfigError, ExtractError, UsageError
 from spanner_cdc.extract import ExtractJob, TokenResult, extract_claims, lease_duration
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.rows import READ_METHODS
-from spanner_cdc.lake.window import transaction_check, write_marker
+from spanner_cdc.lake.window import write_marker
 from spanner_cdc.planning import check_retention, effective_start, root_partitions
 from spanner_cdc.store.rules import inclusive_end
 
@@ -313,7 +313,11 @@ def close_window(settings: Settings, window_start: datetime, window_end: datetim
         overlapping = [
             f.path for f in store.manifest(lineage.id) if f.range_start <= inclusive_end(end) and f.range_end >= start
         ]
-        check = transaction_check(overlapping, window_start=start, window_end=end)
+        from spanner_cdc.spark.check import transaction_check
+        from spanner_cdc.spark.session import spark_session
+
+        # counted by Spark where the files are: the driver's memory stays flat in the window's size
+        check = transaction_check(spark_session(settings), overlapping, window_start=start, window_end=end)
         summary.transaction_check = check
         if not check["ok"]:
             raise ExtractError(

@@ -36,6 +36,8 @@ class ControlSummary:
     children: list[ChildPartitionsRecord] = field(default_factory=list)
     tables: dict[str, int] = field(default_factory=dict)
     resumes: int = 0
+    elapsed_s: float = 0.0  # the executor's wall and CPU time for the read (and the landing)
+    cpu_s: float = 0.0
     error_type: str | None = None
     error_message: str | None = None
 
@@ -86,6 +88,8 @@ class ControlSummary:
             ],
             "tables": dict(sorted(self.tables.items())),
             "resumes": self.resumes,
+            "elapsed_s": round(self.elapsed_s, 4),
+            "cpu_s": round(self.cpu_s, 4),
             "error_type": self.error_type,
             "error_message": self.error_message,
         }
@@ -114,6 +118,8 @@ class ControlSummary:
             children=children,
             tables={str(k): int(v) for k, v in data.get("tables", {}).items()},
             resumes=int(data.get("resumes", 0)),
+            elapsed_s=float(data.get("elapsed_s", 0.0)),
+            cpu_s=float(data.get("cpu_s", 0.0)),
             error_type=data.get("error_type"),
             error_message=data.get("error_message"),
         )

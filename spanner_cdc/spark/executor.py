@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -63,25 +64,44 @@ def _database(spec: TokenJobSpec) -> Any:
         return _databases[key]
 
 
+def _read(spec: TokenJobSpec, summary: ControlSummary) -> Iterator[pa.RecordBatch]:
+    from spanner_cdc.reader import PartitionReader
+
+    reader = PartitionReader(_database(spec), spec.stream, dialect=spec.dialect, heartbeat_ms=spec.heartbeat_ms)
+    try:
+        yield from envelope_batches(spec, reader.read(spec.token, spec.read_from, spec.read_to), summary)
+    finally:
+        summary.resumes = reader.resumes
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def stamp(self, summary: ControlSummary) -> None:
+        summary.elapsed_s = time.perf_counter() - self.wall
+        summary.cpu_s = time.process_time() - self.cpu
+
+
+def _failed(spec: TokenJobSpec, summary: ControlSummary, exc: BaseException) -> None:
+    summary.error_type = type(exc).__name__
+    summary.error_message = str(exc)
+    summary.write(spec.control_path)
+
+
 def read_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
-    """Executor side: read the token's range, yield its lake batches, then write the control file.
+    """Executor side, Spark writer: yield the token's lake batches, then write the control file.
 
     The control file is written only after the last record, so its presence means the whole
     range was read; a failure writes it with the error instead, and re-raises.
     """
-    from spanner_cdc.reader import PartitionReader
-
-    summary = ControlSummary(spec.token, spec.read_from, spec.read_to)
-    reader = PartitionReader(_database(spec), spec.stream, dialect=spec.dialect, heartbeat_ms=spec.heartbeat_ms)
+    summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
     try:
-        yield from envelope_batches(spec, reader.read(spec.token, spec.read_from, spec.read_to), summary)
+        yield from _read(spec, summary)
     except Exception as exc:
-        summary.resumes = reader.resumes
-        summary.error_type = type(exc).__name__
-        summary.error_message = str(exc)
-        summary.write(spec.control_path)
+        _failed(spec, summary, exc)
         raise
-    summary.resumes = reader.resumes
+    clock.stamp(summary)
     summary.write(spec.control_path)
 
 
@@ -132,6 +152,16 @@ class TableFiles:
         self.writers[table][0].write_table(pa.Table.from_batches(batches), row_group_size=ROW_GROUP_ROWS)
         self.rows[table] += sum(b.num_rows for b in batches)
 
+    def abort(self) -> None:
+        """Close the files of a failed read (workers are reused: no handle may leak); staging is discarded."""
+        for writer, _ in self.writers.values():
+            try:
+                writer.close()
+            except Exception:  # noqa: S110 - the read already failed; that error is the one to report
+                pass
+        self.writers.clear()
+        self.pending.clear()
+
     def close(self) -> pa.RecordBatch:
         """Flush and close every file; the listing (table, path, rows) is the job's only output row(s)."""
         for table in list(self.pending):
@@ -150,11 +180,20 @@ class TableFiles:
 
 
 def land_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
-    """Executor side, arrow writer: land the token's lake files in staging here, yield only their listing."""
+    """Executor side, arrow writer: land the token's lake files in staging here, yield only their listing.
+
+    The control file is written once every file is closed, so its presence means the range is staged.
+    """
+    summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
     files = TableFiles(spec.data_dir, uuid.uuid4().hex)
     try:
-        for batch in read_token(spec):
+        for batch in _read(spec, summary):
             files.write(batch)
-    finally:
         listing = files.close()
+    except Exception as exc:
+        files.abort()
+        _failed(spec, summary, exc)
+        raise
+    clock.stamp(summary)
+    summary.write(spec.control_path)
     yield listing

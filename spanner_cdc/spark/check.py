@@ -1,0 +1,74 @@
+"""The window's transaction check as Spark aggregations: only counts and a few examples reach the driver."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from spanner_cdc.lake.schema import LAKE_SCHEMA, spark_ddl
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+MAX_LISTED = 20
+
+
+def transaction_check(spark: SparkSession, paths: Sequence[str], *, window_start: datetime, window_end: datetime) -> dict[str, Any]:
+    """For every transaction committed in [window_start, window_end): distinct landed record_sequence ==
+    number_of_records_in_transaction; and no change landed twice (a repeated uuid).
+
+    `paths` are every file whose range overlaps the window (a token that fell behind lands older commits
+    with a later window); rows committed outside the window are counted, not checked. `ok` is False on
+    any mismatch or duplicate; at most MAX_LISTED offending transactions are listed.
+    """
+    from pyspark.sql import functions as F
+
+    if not paths:
+        return {"ok": True, "transactions": 0, "rows": 0, "mismatched": 0, "duplicate_rows": 0,
+                "outside_window_rows": 0, "examples": []}  # fmt: skip
+    frame = spark.read.schema(spark_ddl(LAKE_SCHEMA)).parquet(*paths)
+    inside = (F.col("commit_timestamp") >= F.lit(window_start)) & (F.col("commit_timestamp") < F.lit(window_end))
+    totals = frame.agg(
+        F.count(F.lit(1)).alias("all_rows"),
+        F.sum(F.when(inside, 1).otherwise(0)).alias("rows"),
+        F.countDistinct(F.when(inside, F.col("uuid"))).alias("distinct_uuids"),
+    ).collect()[0]
+    per_transaction = (
+        frame.where(inside)
+        .groupBy("server_transaction_id")
+        .agg(
+            F.countDistinct("record_sequence").alias("landed_records"),
+            F.min("number_of_records_in_transaction").alias("low"),
+            F.max("number_of_records_in_transaction").alias("number_of_records_in_transaction"),
+        )
+    )
+    mismatch = (F.col("landed_records") != F.col("number_of_records_in_transaction")) | (
+        F.col("low") != F.col("number_of_records_in_transaction")
+    )
+    counts = per_transaction.agg(
+        F.count(F.lit(1)).alias("transactions"), F.sum(F.when(mismatch, 1).otherwise(0)).alias("mismatched")
+    ).collect()[0]
+    mismatched = int(counts["mismatched"] or 0)
+    examples = []
+    if mismatched:
+        bad = per_transaction.where(mismatch).orderBy("server_transaction_id").limit(MAX_LISTED).collect()
+        examples = [
+            {
+                "server_transaction_id": row["server_transaction_id"],
+                "landed_records": int(row["landed_records"]),
+                "number_of_records_in_transaction": int(row["number_of_records_in_transaction"]),
+            }
+            for row in bad
+        ]
+    rows = int(totals["rows"] or 0)
+    duplicates = rows - int(totals["distinct_uuids"] or 0)
+    return {
+        "ok": mismatched == 0 and duplicates == 0,
+        "transactions": int(counts["transactions"] or 0),
+        "rows": rows,
+        "mismatched": mismatched,
+        "duplicate_rows": duplicates,
+        "outside_window_rows": int(totals["all_rows"] or 0) - rows,
+        "examples": examples,
+    }

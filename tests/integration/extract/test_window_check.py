@@ -1,0 +1,49 @@
+"""The window's transaction check, run by Spark over staged lake files."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanner_cdc.lake.publish import staged_files
+from spanner_cdc.spark.check import transaction_check
+from tests.unit.lake_records import T0, data_record
+from tests.unit.test_lake_publish import stage
+
+pytestmark = pytest.mark.integration
+E = T0 + timedelta(hours=1)
+
+
+def paths(data_dir: Path) -> list[str]:
+    return [str(f.path) for f in staged_files(data_dir)]
+
+
+def test_transactions_must_land_all_their_records(spark: Any, tmp_path: Path) -> None:
+    # tx-a: 2 records (one with 2 mods) in two tables, all landed; tx-b says 3 records, 1 landed
+    records = [
+        data_record(0, tx="tx-a", seq="1", records_in_tx=2, mods=2),
+        data_record(0, tx="tx-a", seq="2", records_in_tx=2, table="Orders"),
+        data_record(5, tx="tx-b", seq="1", records_in_tx=3),
+    ]
+    stage(tmp_path / "d", records)
+    check = transaction_check(spark, paths(tmp_path / "d"), window_start=T0, window_end=E)
+    assert (check["transactions"], check["rows"], check["duplicate_rows"], check["outside_window_rows"]) == (2, 4, 0, 0)
+    assert check["ok"] is False and check["mismatched"] == 1
+    assert check["examples"] == [{"server_transaction_id": "tx-b", "landed_records": 1, "number_of_records_in_transaction": 3}]
+    only_orders = [p for p in paths(tmp_path / "d") if "Orders" in p]
+    assert transaction_check(spark, only_orders, window_start=T0, window_end=E)["mismatched"] == 1  # tx-a lacks Users
+    assert transaction_check(spark, [], window_start=T0, window_end=E)["ok"] is True
+
+
+def test_duplicates_fail_and_other_windows_are_not_checked(spark: Any, tmp_path: Path) -> None:
+    stage(tmp_path / "d", [data_record(0)], name="part-00000-a.c000.snappy.parquet")
+    stage(tmp_path / "d", [data_record(0)], name="part-00000-b.c000.snappy.parquet")
+    stage(tmp_path / "d", [data_record(-10, tx="old", records_in_tx=5)], name="part-00000-c.c000.snappy.parquet")
+    check = transaction_check(spark, paths(tmp_path / "d"), window_start=T0, window_end=E)
+    assert check["mismatched"] == 0 and check["duplicate_rows"] == 1 and check["ok"] is False
+    assert check["outside_window_rows"] == 1 and check["transactions"] == 1
+    clean = transaction_check(spark, paths(tmp_path / "d")[:1] + paths(tmp_path / "d")[2:], window_start=T0, window_end=E)
+    assert clean["ok"] is True and clean["rows"] == 1
