@@ -89,6 +89,8 @@ def history(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             "SPANNER_CDC_METADATA_URL": stack.lineage_url,
             "SPANNER_CDC_OUTPUT_ROOT": str(stack.lake),
             "SPANNER_CDC_SPARK_MASTER": "local[2]",
+            # One mapped task per wave: more ready tokens than max_map_length go several to a task.
+            "AIRFLOW__CORE__MAX_MAP_LENGTH": "1",
         })
         yield History(windows=windows, ground_truth=ground_truth, host=server.host)
 
@@ -143,6 +145,10 @@ def test_two_hourly_windows_through_a_split_and_a_merge_land_the_ground_truth(
         assert all(r["window_start"] <= r["commit_timestamp"] < r["window_end"] for r in table), path
     # Waves: children of the window's splits and merges were read in the same run, by later waves.
     assert any(key.startswith("wave_2.extract[") for run in hourly_runs for key in run["tasks"])
+    # Over max_map_length (1 here) a mapped task extracts several tokens; the UI label says how many.
+    extracts = [key for run in hourly_runs for key in run["tasks"] if ".extract[" in key]
+    assert all(".extract[0]" in key for key in extracts)
+    assert any("more tokens)" in key for key in extracts)
     # With two waves a window was left open by its run (close skipped) and finished by the next one's catch_up.
     left_open = [i for i, run in enumerate(hourly_runs[:2]) if run["tasks"]["close"] == "skipped"]
     assert left_open, "every window closed in its own run: the catch_up path was not exercised"
