@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spanner_cdc.airflow_support.connections import stream_settings
+from spanner_cdc.airflow_support.failures import fail_fast
 from spanner_cdc.airflow_support.hourly import summary_dict
 from spanner_cdc.errors import ConfigError, SpannerCdcError
 from spanner_cdc.settings import Settings
@@ -152,6 +153,7 @@ def validate(params: Mapping[str, Any], run_id: str) -> dict[str, Any]:
     return spec
 
 
+@fail_fast
 def run(spec: Mapping[str, Any], run_id: str) -> dict[str, Any]:
     """Extract every window of the range, in order, in the backfill's own namespace; idempotent on retry."""
     from spanner_cdc.errors import ExtractError

@@ -9,6 +9,7 @@ from typing import Any
 
 from spanner_cdc.airflow_support import waves
 from spanner_cdc.airflow_support.connections import stream_settings
+from spanner_cdc.airflow_support.failures import fail_fast
 
 log = logging.getLogger(__name__)
 LIVE_READ_METHOD = "spanner-change-stream"
@@ -28,6 +29,7 @@ def max_map_length() -> int:
     return conf.getint("core", "max_map_length", fallback=1024)
 
 
+@fail_fast
 def catch_up(stream: str, window_start: dt.datetime) -> list[dict[str, Any]]:
     """Finish the windows before this one that earlier runs left open (oldest first); their summaries.
 
@@ -62,6 +64,7 @@ def catch_up(stream: str, window_start: dt.datetime) -> list[dict[str, Any]]:
     return closed
 
 
+@fail_fast
 def plan(stream: str, window_start: dt.datetime, window_end: dt.datetime) -> list[list[waves.TokenPayload]]:
     """Wave 1: bootstrap the lineage if new, and batch the tokens ready to read in the window."""
     from spanner_cdc.pipeline import plan_window
@@ -76,6 +79,7 @@ def plan(stream: str, window_start: dt.datetime, window_end: dt.datetime) -> lis
     return waves.batches(ready, max_map_length())
 
 
+@fail_fast
 def next_wave(stream: str, window_start: dt.datetime, window_end: dt.datetime) -> list[list[waves.TokenPayload]]:
     """Waves 2..n: the children that the previous wave's splits and merges made ready."""
     from spanner_cdc.pipeline import ready_tasks
@@ -86,6 +90,7 @@ def next_wave(stream: str, window_start: dt.datetime, window_end: dt.datetime) -
     return waves.batches(ready, max_map_length())
 
 
+@fail_fast
 def extract(
     stream: str,
     window_start: dt.datetime,
@@ -124,6 +129,7 @@ def summary_dict(summary: Any) -> dict[str, Any]:
     return dict(json.loads(data) if isinstance(data, str) else data)
 
 
+@fail_fast
 def close(stream: str, window_start: dt.datetime, window_end: dt.datetime) -> dict[str, Any]:
     """Check completeness and the transaction counts; a complete window is marked and its summary returned.
 

@@ -54,7 +54,8 @@ def batch_label(batch: Sequence[TokenPayload]) -> str:
     if not batch:
         return "no tokens"
     first = batch[0].get("label") or short_token(batch[0]["token"])
-    return first if len(batch) == 1 else f"{first} (+{len(batch) - 1} more tokens)"
+    more = len(batch) - 1
+    return first if not more else f"{first} (+{more} more token{'s' if more > 1 else ''})"
 
 
 def tokens_of(batch: Iterable[TokenPayload]) -> list[str]:
