@@ -149,7 +149,7 @@ class TreeMemory:
             totals[role] = totals.get(role, 0) + rss
             key = f"max one {role}"
             self.peaks[key] = max(self.peaks.get(key, 0), rss)
-        totals["tree total"] = sum(v for k, v in totals.items())
+        totals["tree total"] = sum(totals.values())
         for role, rss in totals.items():
             self.peaks[role] = max(self.peaks.get(role, 0), rss)
 

@@ -219,16 +219,22 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         _fail(job, claim, exc)
         raise
     failpoint("after_publish")
-    promoted = job.store.complete(
-        claim,
-        watermark=summary.watermark,
-        finished=summary.finished,
-        children=summary.children,
-        files=files,
-        records=summary.rows,
-        window_start=job.window_start,
-        window_end=job.window_end,
-    )
+    try:
+        promoted = job.store.complete(
+            claim,
+            watermark=summary.watermark,
+            finished=summary.finished,
+            children=summary.children,
+            files=files,
+            records=summary.rows,
+            window_start=job.window_start,
+            window_end=job.window_end,
+        )
+    except LeaseLost:
+        raise  # another worker owns the token now; what this one published has the same names as its files
+    except Exception as exc:
+        _fail(job, claim, exc)  # the files stay journaled: the retry removes or replaces them
+        raise
     failpoint("after_commit")
     clear_journal(job.layout, token)
     clear_staging(attempt_dir)

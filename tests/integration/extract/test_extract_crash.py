@@ -99,7 +99,7 @@ def test_killed_at_random_moments_then_rerun(
     rng = random.Random(SEED)
     outcomes = []
     for window in ((s, m), (m, e)):
-        for _ in range(3):
+        for _ in range(2):
             delay = rng.uniform(1.0, 8.0)
             outcomes.append((round(delay, 2), extract(settings, *window, kill_after=delay)))
         assert extract(settings, *window) == 0, outcomes
