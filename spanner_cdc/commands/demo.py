@@ -19,6 +19,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo.add_argument("--hours", type=int, default=3, help="hours of stream history, one DAG run each (default 3)")
     demo.add_argument("--transactions", type=int, default=1200, help="transactions the workload writes (default 1200)")
     demo.add_argument("--seed", type=int, default=7, help="seed of the workload (default 7)")
+    demo.add_argument("--workload-seconds", type=float, default=30.0,
+                      help="real seconds the workload takes; the clock is sped up to fit the hours in (default 30)")
     demo.add_argument("--home", help="where the embedded services keep their data (default .local)")
     demo.add_argument("--spark-master", help="Spark master for the extract jobs (default local[*])")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
@@ -46,8 +48,12 @@ def run_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--hours {args.hours}: expected 1 to 24")
     if args.transactions < 10:
         raise UsageError(f"--transactions {args.transactions}: expected at least 10")
+    if not 5 <= args.workload_seconds <= 3600:
+        raise UsageError(f"--workload-seconds {args.workload_seconds}: expected 5 to 3600")
     settings = load_settings({"home": args.home, "spark_master": args.spark_master})
-    options = DemoOptions(hours=args.hours, transactions=args.transactions, seed=args.seed)
+    options = DemoOptions(
+        hours=args.hours, transactions=args.transactions, seed=args.seed, workload_seconds=args.workload_seconds
+    )
     summary = demo(settings, options, echo=None if args.json else print)
     print(summary.to_json_text() if args.json else summary.render())
     return 0 if summary.ok else 1

@@ -28,7 +28,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     home = tmp_path_factory.mktemp("demo-home")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "AIRFLOW", "SPANNER_EMULATOR"))}
     command = [sys.executable, "-m", "spanner_cdc", "demo", "--json", "--home", str(home),
-               "--hours", str(HOURS), "--transactions", "300", "--spark-master", "local[2]"]
+               "--hours", str(HOURS), "--transactions", "300", "--workload-seconds", "12", "--spark-master", "local[2]"]
     try:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
         state = json.loads((home / "demo" / "demo.json").read_text()) if (home / "demo" / "demo.json").exists() else {}
