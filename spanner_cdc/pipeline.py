@@ -226,6 +226,9 @@ def extract_tokens(
     if not tokens:
         return []
     lease = lease_duration()
+    # Spark and the dialect first: a JVM start must not eat into the leases of claimed tokens
+    dialect = detect_dialect(open_database(settings), settings.dialect)
+    spark = spark_session(settings)
     with _store(settings) as store:
         lineage = store.get_lineage(stream, settings.namespace)
         claims = store.claim(lineage.id, window_end=end, owner=owner or _owner(), lease=lease, tokens=list(tokens))
@@ -234,14 +237,6 @@ def extract_tokens(
             log.info("%s: %d token(s) not claimable (done, or leased by another worker): %s", stream, len(skipped), ", ".join(t[:16] for t in skipped))
         if not claims:
             return []
-        try:
-            database = open_database(settings)
-            dialect = detect_dialect(database, settings.dialect)
-            spark = spark_session(settings)
-        except Exception as exc:
-            for claim in claims:
-                store.fail(claim, f"{type(exc).__name__}: {exc}")
-            raise
         job = ExtractJob(
             store=store,
             spark=spark,
