@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError
@@ -301,6 +302,13 @@ def close_window(settings: Settings, window_start: datetime, window_end: datetim
         )
         if not status.complete:
             log.info("%s: window [%s, %s) not complete: %d token(s) pending", stream, start.isoformat(), end.isoformat(), len(summary.pending))
+            summary.elapsed_s = time.monotonic() - started
+            return summary
+        row = next((w for w in store.windows(lineage.id) if (w.start, w.end) == (start, end)), None) if status.closed else None
+        if row is not None and row.marker_path and Path(row.marker_path).exists():
+            # closed before (a re-run): nothing can land in it any more, so its check and marker stand
+            summary.complete, summary.marker_path = True, row.marker_path
+            summary.transaction_check = dict(row.transaction_check or {})
             summary.elapsed_s = time.monotonic() - started
             return summary
         # A token that fell behind lands older commits with a later window's files: check the window's

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import tempfile
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -39,9 +42,32 @@ def run_mode(master: str) -> str:
     return LOCAL
 
 
+# Spark's default console logging prints INFO/WARN lines about its own startup on every command run.
+LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+def log4j2_config() -> Path:
+    """A quiet log4j2 configuration for in-process drivers (errors only), written once per machine."""
+    path = Path(tempfile.gettempdir()) / "spanner-cdc-spark-log4j2.properties"
+    if not path.exists() or path.read_text() != LOG4J2:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(LOG4J2)
+        os.replace(tmp, path)
+    return path
+
+
 def classic_conf(master: str) -> dict[str, str]:
     """Static settings of an in-process driver (local or against a standalone master)."""
     conf = {
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j2_config()}",
         # executors run the data source with this interpreter, which has the package installed
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
