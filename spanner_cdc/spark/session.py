@@ -132,6 +132,10 @@ def _create(master: str) -> SparkSession:
     if active is not None and _alive(active):
         return active
     log.info("spark: starting a driver for master %s", master)
+    # Spark starts the data source's planner process from PYSPARK_PYTHON, not from spark.pyspark.python:
+    # without it, that process is whatever `python3` is first on PATH, which lacks the package
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder: Any = SparkSession.builder.master(master).appName(APP_NAME)
     for key, value in classic_conf(master).items():
         builder = builder.config(key, value)
