@@ -155,7 +155,8 @@ def _airflow_version() -> str:
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Path, timeout: float = 300) -> None:
+def wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Path, timeout: float = 300) -> None:
+    """Poll the api-server's health endpoint until it answers, or fail naming its log."""
     import time
     import urllib.error
     import urllib.request
@@ -215,7 +216,7 @@ def serve(
                     args, env=env.full_env(extra_env), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
                 )
         url = f"http://127.0.0.1:{port}"
-        _wait_healthy(url, processes["api-server"], logs / "api-server.log")
+        wait_healthy(url, processes["api-server"], logs / "api-server.log")
         if on_ready is not None:
             on_ready(url, logs)
         while not stop.is_set():

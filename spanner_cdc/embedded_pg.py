@@ -90,7 +90,8 @@ def _prepare_root_permissions(data_dir: Path) -> None:
     os.chown(data_dir, entry.pw_uid, entry.pw_gid)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -120,7 +121,7 @@ def ensure_running(data_dir: Path) -> EmbeddedPostgres:
         if not (data_dir / "PG_VERSION").exists():
             log.info("initialising embedded Postgres in %s", data_dir)
             _run("initdb", ["-D", str(data_dir), "--auth=trust", "--encoding=utf8", "-U", "postgres"])
-        port = _free_port()
+        port = free_port()
         log.info("starting embedded Postgres on 127.0.0.1:%s (data in %s)", port, data_dir)
         _run("pg_ctl", ["-D", str(data_dir), "-m", "fast", "-w", "stop"], check=False)
         _run(
