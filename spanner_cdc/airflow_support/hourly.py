@@ -37,31 +37,10 @@ def catch_up(stream: str, window_start: dt.datetime) -> list[dict[str, Any]]:
     pending tokens must be read up to *its* end before this window's waves read them further, or
     their rows would land in the wrong window and neither window's transaction check could pass.
     """
-    from spanner_cdc.errors import ExtractError, NotFound
-    from spanner_cdc.pipeline import run_window
-    from spanner_cdc.store import open_store
+    from spanner_cdc.pipeline import catch_up as finish_open_windows
 
     _, settings = stream_settings(stream)
-    start = utc(window_start)
-    with open_store(settings) as store:
-        try:
-            lineage = store.get_lineage(str(settings.stream), settings.namespace)
-        except NotFound:
-            return []  # the first run of the stream: nothing to catch up
-        left_open = sorted((w for w in store.windows(lineage.id) if w.state != "COMPLETE" and w.end <= start),
-                           key=lambda w: w.start)
-    closed = []
-    for window in left_open:
-        log.info("stream %s window [%s, %s) was left open by an earlier run: finishing it", settings.stream,
-                 window.start, window.end)
-        summary = run_window(settings, window.start, window.end, read_method=LIVE_READ_METHOD)
-        if not summary.complete:
-            raise ExtractError(
-                f"stream {settings.stream} window [{window.start}, {window.end}) is still not complete "
-                f"({len(summary.pending)} tokens pending); the retry continues it"
-            )
-        closed.append(summary_dict(summary))
-    return closed
+    return [summary_dict(s) for s in finish_open_windows(settings, utc(window_start), read_method=LIVE_READ_METHOD)]
 
 
 @fail_fast

@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "extract",
         help="extract one window [start, end) of a change stream into the lake",
-        description="Bootstrap the stream's lineage if new, then read every ready partition token over the window "
+        description="Bootstrap the stream's lineage if new, finish first any earlier window of the lineage that was "
+        "left open, then read every ready partition token over the window "
         "with one Spark job each (children born in the window in later waves), land Parquet, commit checkpoints, "
         "and close the window (transaction check, _windows/ marker) when every partition is done with it.",
     )
@@ -103,7 +104,7 @@ def describe(summary: WindowSummary) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.commands.read import parse_timestamp
-    from spanner_cdc.pipeline import run_window
+    from spanner_cdc.pipeline import catch_up, run_window
     from spanner_cdc.spark.session import stop_sessions
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are per connection, not ours
@@ -114,6 +115,7 @@ def handle(args: argparse.Namespace) -> int:
     if progress is not None:
         logging.getLogger("spanner_cdc").setLevel(logging.WARNING)
     try:
+        catch_up(settings, start, read_method=args.read_method, max_waves=args.max_waves)
         summary = run_window(
             settings, start, end, read_method=args.read_method, max_waves=args.max_waves, progress=progress
         )
