@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from spanner_cdc.commands._flags import add_metadata_url_flag
+
 if TYPE_CHECKING:
     from spanner_cdc.store import MetadataStore
 
 ORDER = 30
-METADATA_URL_HELP = "Postgres URL of the metadata store (default: SPANNER_CDC_METADATA_URL, else the embedded Postgres)"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,14 +19,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     upgrade = actions.add_parser(
         "upgrade", help="apply pending schema migrations", description="Create or migrate the metadata store schema."
     )
-    upgrade.add_argument("--metadata-url", help=METADATA_URL_HELP)
+    add_metadata_url_flag(upgrade)
     upgrade.set_defaults(func=run_upgrade)
     status = actions.add_parser(
         "status",
         help="show the schema version and lineages",
         description="Show the metadata store's schema version and lineages; exits 1 when an upgrade is needed.",
     )
-    status.add_argument("--metadata-url", help=METADATA_URL_HELP)
+    add_metadata_url_flag(status)
     status.set_defaults(func=run_status)
 
 

@@ -9,6 +9,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from spanner_cdc.commands._flags import add_metadata_url_flag, add_spanner_flags
+
 if TYPE_CHECKING:
     from spanner_cdc.pipeline import Progress, WindowSummary
     from spanner_cdc.settings import Settings
@@ -31,14 +33,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--window-end", required=True, help="window end (exclusive), RFC 3339 with Z or an offset")
     parser.add_argument("--namespace", help="lineage namespace (default: live)")
     parser.add_argument("--output-root", help="root of the data lake (SPANNER_CDC_OUTPUT_ROOT)")
-    parser.add_argument("--project", help="Spanner project id (SPANNER_CDC_PROJECT)")
-    parser.add_argument("--instance", help="Spanner instance id (SPANNER_CDC_INSTANCE)")
-    parser.add_argument("--database", help="Spanner database id (SPANNER_CDC_DATABASE)")
+    add_spanner_flags(parser)
     parser.add_argument("--dialect", choices=("auto", "GOOGLE_STANDARD_SQL", "POSTGRESQL"), help="SQL dialect")
     parser.add_argument("--heartbeat-ms", type=int, help="heartbeat_milliseconds of the queries (default 10000)")
     parser.add_argument("--spark-master", help="local[*], spark://host:port or sc://host:port (SPANNER_CDC_SPARK_MASTER)")
     parser.add_argument("--concurrency", type=int, help="token jobs run at once (default 4)")
-    parser.add_argument("--metadata-url", help="Postgres URL of the metadata store (default: the embedded Postgres)")
+    add_metadata_url_flag(parser)
     parser.add_argument(
         "--read-method", choices=READ_METHODS, default=READ_METHODS[0], help="read_method column (backfills: the second)"
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spanner_cdc.commands._flags import add_metadata_url_flag
+
 ORDER = 60
 FORMATS = ("text", "json", "dot")
 
@@ -23,10 +25,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("--stream", help="change stream name (default: SPANNER_CDC_STREAM)")
     show.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")
     show.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
-    show.add_argument("--metadata-url", help="Postgres URL of the metadata store (default: the embedded Postgres)")
+    add_metadata_url_flag(show)
     show.set_defaults(func=run_show)
     listing = actions.add_parser("list", help="list the lineages in the metadata store")
-    listing.add_argument("--metadata-url", help="Postgres URL of the metadata store (default: the embedded Postgres)")
+    add_metadata_url_flag(listing)
     listing.set_defaults(func=run_list)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TextIO
 
+from spanner_cdc.commands._flags import add_spanner_flags
 from spanner_cdc.errors import ConfigError, RetentionError, UsageError
 from spanner_cdc.record_json import record_to_json, rfc3339
 from spanner_cdc.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
@@ -47,9 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run change stream queries and print the records as they come. Without --token or "
         "--all-partitions, runs the first (NULL-token) query, which returns the root partitions.",
     )
-    parser.add_argument("--project", help="Spanner project id (SPANNER_CDC_PROJECT)")
-    parser.add_argument("--instance", help="Spanner instance id (SPANNER_CDC_INSTANCE)")
-    parser.add_argument("--database", help="Spanner database id (SPANNER_CDC_DATABASE)")
+    add_spanner_flags(parser)
     parser.add_argument("--stream", help="change stream name (SPANNER_CDC_STREAM)")
     parser.add_argument("--start", required=True, help="start timestamp (inclusive): RFC 3339 with Z or offset, or 'now'")
     parser.add_argument("--end", help="end timestamp (inclusive); without it, read until the partitions end")

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.commands._flags import add_spanner_flags
 from spanner_cdc.errors import ConfigError, SpannerCdcError
 from spanner_cdc.local_spanner.workload_schema import (
     GOOGLE_STANDARD_SQL,
@@ -304,9 +305,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "given rate, and log every committed row change (JSON lines) as ground truth.",
     )
     parser.add_argument("--host", help="host:port of the server (default: SPANNER_EMULATOR_HOST or 127.0.0.1:9010)")
-    parser.add_argument("--project", help="Spanner project id (SPANNER_CDC_PROJECT)")
-    parser.add_argument("--instance", help="Spanner instance id (SPANNER_CDC_INSTANCE)")
-    parser.add_argument("--database", help="Spanner database id (SPANNER_CDC_DATABASE)")
+    add_spanner_flags(parser)
     parser.add_argument(
         "--dialect", choices=(GOOGLE_STANDARD_SQL, POSTGRESQL), help="database dialect (default GOOGLE_STANDARD_SQL)"
     )
