@@ -14,14 +14,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import SINGLE_PARTITION_SERVER_ARGS
+
 COMMAND = "python -m bench.bench_local_spanner"
 TARGET = 20_000  # records/s served to one reader (issue 3)
 PROJECT, INSTANCE = "bench-project", "bench-instance"
-# one partition that never splits or merges: every reader drains the same records
-SERVER_ARGS = [
-    "--policy-initial-partitions", "1", "--policy-max-partitions", "1", "--policy-split-records", "100000000",
-    "--policy-event-every", "none", "--policy-merge-idle", "none",
-]  # fmt: skip
+SERVER_ARGS = SINGLE_PARTITION_SERVER_ARGS
 DDL = {
     "GOOGLE_STANDARD_SQL": [
         "CREATE TABLE Orders (OrderId INT64 NOT NULL, Customer STRING(MAX), Amount FLOAT64, Status STRING(MAX),"

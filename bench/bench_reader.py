@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import SINGLE_PARTITION_SERVER_ARGS
 from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
 from spanner_cdc.queries import build_query
 from spanner_cdc.reader import PartitionReader
@@ -20,11 +21,7 @@ from spanner_cdc.spanner_client import stream_metadata
 COMMAND = "python -m bench.bench_reader"
 TARGET = 0.80  # the typed reader keeps >= 80% of the bare client's rate (issue 4)
 PROJECT, INSTANCE = "bench-project", "bench-instance"
-# one partition that never splits or merges, so both readers drain exactly the same records
-SERVER_ARGS = [
-    "--policy-initial-partitions", "1", "--policy-max-partitions", "1", "--policy-split-records", "100000000",
-    "--policy-event-every", "none", "--policy-merge-idle", "none",
-]  # fmt: skip
+SERVER_ARGS = SINGLE_PARTITION_SERVER_ARGS
 DDL = {
     "GOOGLE_STANDARD_SQL": [
         "CREATE TABLE Orders (OrderId INT64 NOT NULL, Customer STRING(MAX), Amount FLOAT64, Status STRING(MAX),"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
-from spanner_cdc.settings import Settings
+from spanner_cdc.settings import Settings, subprocess_env
 
 PROJECT, INSTANCE = "bench-project", "bench-instance"
 STREAM = "Everything"
@@ -74,14 +74,6 @@ def bulk_rows(database: Any, rows: int, *, per_transaction: int = 500) -> dateti
     return last
 
 
-def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPANNER_CDC_")}
-    for name in ("project", "instance", "database", "stream", "metadata_url", "output_root", "spark_master",
-                 "namespace", "concurrency", "heartbeat_ms", "home"):  # fmt: skip
-        env[f"SPANNER_CDC_{name.upper()}"] = str(getattr(settings, name))
-    env["SPANNER_EMULATOR_HOST"] = str(settings.emulator_host)
-    env.update(extra)
-    return env
 
 
 def run_windows_worker(windows: list[tuple[datetime, datetime]]) -> int:
@@ -106,7 +98,7 @@ def run_windows_worker(windows: list[tuple[datetime, datetime]]) -> int:
 def spawn_windows_worker(settings: Settings, windows: list[tuple[datetime, datetime]], **env: str) -> dict[str, Any]:
     spec = json.dumps([[s.isoformat(), e.isoformat()] for s, e in windows])
     command = [sys.executable, "-m", "bench.bench_extract", "--windows-worker", spec]
-    done = subprocess.run(command, env=settings_env(settings, **env), capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(command, env=subprocess_env(settings, **env), capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise SystemExit(f"windows worker for {settings.spark_master} failed:\n{done.stderr[-3000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -171,7 +163,7 @@ def extract_with_memory(settings: Settings, start: datetime, end: datetime, **en
     """`spanner-cdc extract --json` in a subprocess (its own Spark driver) with its process tree's peak memory."""
     command = [sys.executable, "-m", "spanner_cdc", "extract", "--window-start", start.isoformat(),
                "--window-end", end.isoformat(), "--json"]  # fmt: skip
-    process = subprocess.Popen(command, env=settings_env(settings, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, env=subprocess_env(settings, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with TreeMemory(process.pid) as memory:
         out, err = process.communicate(timeout=3600)
     if process.returncode != 0:

@@ -160,3 +160,17 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
             label, value = raw[f.name]
             values[f.name] = f.metadata["parse"](label, value)
     return Settings(**values)
+
+
+SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "spark_master",
+                     "namespace", "concurrency", "heartbeat_ms", "home")  # fmt: skip
+
+
+def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """This process's environment with SPANNER_CDC_* replaced so a `spanner-cdc` subprocess uses `settings`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    for name in SUBPROCESS_FIELDS:
+        env[ENV_PREFIX + name.upper()] = str(getattr(settings, name))
+    env["SPANNER_EMULATOR_HOST"] = str(settings.emulator_host)
+    env.update(extra)
+    return env

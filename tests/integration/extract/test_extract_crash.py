@@ -18,10 +18,11 @@ from spanner_cdc.extract import FAILPOINT_ENV, LEASE_ENV
 from spanner_cdc.lake.layout import LakeLayout, published_files
 from spanner_cdc.local_spanner.launcher import LocalSpanner
 from spanner_cdc.pipeline import run_window
+from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.spark import LOCAL_MASTER
 from tests.integration.extract.lake_reading import change_of, published_rows
-from tests.integration.extract.workload import DDL, STREAM, SmallWorkload, cli_env
+from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
@@ -33,7 +34,7 @@ def extract(settings: Any, start: datetime, end: datetime, *, kill_after: float 
     command = [sys.executable, "-m", "spanner_cdc", "extract", "--window-start", start.isoformat(),
                "--window-end", end.isoformat(), "--json"]  # fmt: skip
     process = subprocess.Popen(
-        command, env=cli_env(settings, **{LEASE_ENV: "2"}, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command, env=subprocess_env(settings, **{LEASE_ENV: "2"}, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         out, err = process.communicate(timeout=kill_after if kill_after is not None else 600)

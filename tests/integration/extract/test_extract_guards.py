@@ -14,9 +14,9 @@ from spanner_cdc.cli import main
 from spanner_cdc.local_spanner import workload
 from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
 from spanner_cdc.local_spanner.workload_schema import parse_timestamp
+from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
-from tests.integration.extract.workload import cli_env
 
 pytestmark = pytest.mark.integration
 # a day of server time passes in under two real seconds
@@ -34,7 +34,7 @@ def server_now(server: LocalSpanner) -> Any:
 
 
 def run_cli(settings: Any, start: Any, end: Any, monkeypatch: pytest.MonkeyPatch) -> int:
-    for key, value in cli_env(settings).items():
+    for key, value in subprocess_env(settings).items():
         if key.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR_HOST")):
             monkeypatch.setenv(key, value)
     return main(["extract", "--window-start", start.isoformat(), "--window-end", end.isoformat()])
@@ -69,7 +69,7 @@ def test_windows_out_of_retention_or_before_the_stream_are_refused(
 
 def test_bad_windows_are_usage_errors(extract_settings: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     settings = extract_settings("nodb", "s")
-    for key, value in cli_env(settings).items():
+    for key, value in subprocess_env(settings).items():
         if key.startswith("SPANNER_CDC_"):
             monkeypatch.setenv(key, value)
     assert main(["extract", "--window-start", "2024-05-01T11:00:00Z", "--window-end", "2024-05-01T10:00:00Z"]) == 2

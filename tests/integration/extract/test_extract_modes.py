@@ -15,10 +15,11 @@ import pytest
 
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.local_spanner.launcher import LocalSpanner
+from spanner_cdc.settings import subprocess_env
 from spanner_cdc.spark.launcher import StandaloneCluster, spark_home
 from spanner_cdc.spark.spec import WRITER_ENV
 from tests.integration.extract.lake_reading import change_of, published_rows
-from tests.integration.extract.workload import DDL, STREAM, SmallWorkload, cli_env
+from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
@@ -61,7 +62,7 @@ def test_standalone_cluster_through_spark_submit(
         str(REPO / "spark_jobs" / "extract_token.py"),
         "--window-start", start.isoformat(), "--window-end", end.isoformat(), "--json",
     ]  # fmt: skip
-    env = cli_env(settings, PYSPARK_PYTHON=sys.executable, SPARK_HOME=str(spark_home()))
+    env = subprocess_env(settings, PYSPARK_PYTHON=sys.executable, SPARK_HOME=str(spark_home()))
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-4000:]
     # spark-submit merges the driver's stderr (log lines) into its stdout: take the JSON object out of it
@@ -79,7 +80,7 @@ def test_spark_connect_through_the_cli(
     command = [sys.executable, "-m", "spanner_cdc", "extract", "--window-start", start.isoformat(),
                "--window-end", end.isoformat(), "--json"]  # fmt: skip
     # this run hands the lake rows to Spark's own Parquet writer; the others write with pyarrow on the executor
-    env = cli_env(settings, **{WRITER_ENV: "spark"})
+    env = subprocess_env(settings, **{WRITER_ENV: "spark"})
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-4000:]
     check_lake(settings, work, json.loads(done.stdout))

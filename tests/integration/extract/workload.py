@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
 from typing import Any
 
 from google.cloud import spanner
 
-from spanner_cdc.settings import Settings
 from tests.integration.extract.lake_reading import plain_utc
 
 DDL = [
@@ -55,12 +53,3 @@ class SmallWorkload:
             )
 
 
-def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """The environment that makes a `spanner-cdc` subprocess use these settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPANNER_CDC_")}
-    for name in ("project", "instance", "database", "stream", "metadata_url", "output_root", "spark_master",
-                 "namespace", "concurrency", "heartbeat_ms", "home"):  # fmt: skip
-        env[f"SPANNER_CDC_{name.upper()}"] = str(getattr(settings, name))
-    env["SPANNER_EMULATOR_HOST"] = str(settings.emulator_host)
-    env.update(extra)
-    return env
