@@ -11,16 +11,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from spanner_cdc.errors import SchemaOutdated, StoreError, StoreUnreachable
-from spanner_cdc.store import prepared
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 UPGRADE_HINT = "run `spanner-cdc db upgrade`"
 POINT_ELSEWHERE = "start it, or point to another with --metadata-url / SPANNER_CDC_METADATA_URL"
-# deadlock_detected, serialization_failure, a stale prepared statement: the whole transaction is
-# safe to run again
-RETRYABLE_PGCODES = frozenset({"40P01", "40001"}) | prepared.STALE_PGCODES
+# deadlock_detected, serialization_failure: the whole transaction is safe to run again
+RETRYABLE_PGCODES = frozenset({"40P01", "40001"})
 UNDEFINED_TABLE = "42P01"
 MAX_ATTEMPTS = 5
 
@@ -89,12 +87,7 @@ class Database:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
                 with self.engine.begin() as conn:
-                    try:
-                        return body(conn)
-                    except sa.exc.DBAPIError as exc:
-                        if _pgcode(exc) in prepared.STALE_PGCODES:
-                            prepared.discard(conn)
-                        raise
+                    return body(conn)
             except sa.exc.DBAPIError as exc:
                 code = _pgcode(exc)
                 if code in RETRYABLE_PGCODES and attempt < MAX_ATTEMPTS:

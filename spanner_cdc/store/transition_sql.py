@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from spanner_cdc.store.prepared import prepared
-
 # A claim takes tokens whose next read starts inside the window (rules.needs_read as a range scan on
 # cdc_partitions_claimable), least landed first, plus any whose lease expired. `stale` and `fresh`
 # pick disjoint states so no row is picked twice.
@@ -40,12 +38,9 @@ WITH stale AS (
 SELECT token, partition_start, watermark, attempts, lease_expires_at, previous_attempt, previous_state
 FROM claimed ORDER BY read_from, token
 """
-CLAIM_ANY = prepared(
-    "cdc_claim_any", CLAIM.format(stale_states="'SCHEDULED', 'RUNNING'", fresh_states="'READY'", only_named="")
-)
+CLAIM_ANY = sa.text(CLAIM.format(stale_states="'SCHEDULED', 'RUNNING'", fresh_states="'READY'", only_named=""))
 # A task naming its tokens may take them from SCHEDULED too; then only expired RUNNING ones are stale.
-CLAIM_NAMED = prepared(
-    "cdc_claim_named",
+CLAIM_NAMED = sa.text(
     CLAIM.format(
         stale_states="'RUNNING'",
         fresh_states="'READY', 'SCHEDULED'",
@@ -74,14 +69,14 @@ SCHEDULE = sa.text(
     RETURNING p.token
     """
 )
-OURS = "lineage_id = :lineage_id AND token = :token AND state = 'RUNNING' AND lease_owner = :owner AND attempts = :attempt"
-RENEW = prepared(
-    "cdc_renew",
+OURS = (
+    "lineage_id = :lineage_id AND token = :token AND state = 'RUNNING' AND lease_owner = :owner AND attempts = :attempt"
+)
+RENEW = sa.text(
     "UPDATE cdc_partitions SET lease_expires_at = clock_timestamp() + CAST(:lease AS interval) "
     f"WHERE {OURS} RETURNING lease_expires_at",
 )
-EXPIRE = prepared(
-    "cdc_expire",
+EXPIRE = sa.text(
     """
     WITH stale AS (
         SELECT token FROM cdc_partitions
@@ -102,8 +97,7 @@ EXPIRE = prepared(
 )
 # The compare-and-set, the attempt row and the manifest in one statement: nothing happens unless
 # `landed` matched, i.e. the claim still holds the token.
-LAND = prepared(
-    "cdc_land",
+LAND = sa.text(
     f"""
     WITH landed AS (
         UPDATE cdc_partitions
@@ -142,8 +136,7 @@ LAND = prepared(
     """,
 )
 # ORDER BY token: concurrent parents insert (and so lock) shared children in one order.
-INSERT_CHILDREN = prepared(
-    "cdc_insert_children",
+INSERT_CHILDREN = sa.text(
     """
     INSERT INTO cdc_partitions (lineage_id, token, partition_start, read_from, state)
     SELECT CAST(:lineage_id AS bigint), c.token, c.start, c.start, 'CREATED'
@@ -152,8 +145,7 @@ INSERT_CHILDREN = prepared(
     ON CONFLICT (lineage_id, token) DO NOTHING
     """,
 )
-INSERT_EDGES = prepared(
-    "cdc_insert_edges",
+INSERT_EDGES = sa.text(
     """
     INSERT INTO cdc_partition_parents (lineage_id, child_token, parent_token)
     SELECT CAST(:lineage_id AS bigint), e.child, e.parent
@@ -164,8 +156,7 @@ INSERT_EDGES = prepared(
 )
 # Locking the children first serialises the parents' transactions on them: whichever locks last
 # sees every other parent's FINISHED mark (READ COMMITTED takes a new snapshot per statement).
-LOCK_CREATED_CHILDREN = prepared(
-    "cdc_lock_created_children",
+LOCK_CREATED_CHILDREN = sa.text(
     """
     SELECT c.token FROM cdc_partitions c
     JOIN cdc_partition_parents e ON e.lineage_id = c.lineage_id AND e.child_token = c.token
@@ -174,8 +165,7 @@ LOCK_CREATED_CHILDREN = prepared(
     FOR UPDATE OF c
     """,
 )
-PROMOTE = prepared(
-    "cdc_promote",
+PROMOTE = sa.text(
     """
     UPDATE cdc_partitions c SET state = 'READY', ready_at = clock_timestamp()
     WHERE c.lineage_id = :lineage_id AND c.token = ANY(CAST(:tokens AS text[])) AND c.state = 'CREATED'
@@ -186,8 +176,7 @@ PROMOTE = prepared(
     RETURNING c.token
     """,
 )
-FAIL = prepared(
-    "cdc_fail",
+FAIL = sa.text(
     f"""
     WITH released AS (
         UPDATE cdc_partitions

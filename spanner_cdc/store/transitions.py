@@ -13,7 +13,6 @@ from sqlalchemy.engine import Connection
 from spanner_cdc.records import ChildPartitionsRecord
 from spanner_cdc.store import rules
 from spanner_cdc.store.models import Claim, LeaseLost, ManifestFile
-from spanner_cdc.store.prepared import execute
 from spanner_cdc.store.rows import StoreBase, utc, utc_required
 from spanner_cdc.store.transition_sql import (
     CLAIM_ANY,
@@ -67,7 +66,7 @@ class PartitionTransitions(StoreBase):
         }
 
         def body(conn: Connection) -> Sequence[sa.Row[Any]]:
-            rows = execute(conn, statement, params).all()
+            rows = conn.execute(statement, params).all()
             reclaimed = [
                 {"lineage_id": lineage_id, "token": r.token, "attempt": r.previous_attempt, "owner": owner}
                 for r in rows
@@ -110,7 +109,7 @@ class PartitionTransitions(StoreBase):
         """Extend a held lease; LeaseLost when the token is no longer ours."""
 
         def body(conn: Connection) -> datetime:
-            expires = execute(conn, RENEW, {**_claim_key(claim), "lease": lease}).scalar_one_or_none()
+            expires = conn.execute(RENEW, {**_claim_key(claim), "lease": lease}).scalar_one_or_none()
             if expires is None:
                 raise self._lease_lost(conn, claim, "renew")
             return utc_required(expires)
@@ -122,7 +121,7 @@ class PartitionTransitions(StoreBase):
 
     def expire_leases(self, lineage_id: int) -> int:
         """SCHEDULED / RUNNING tokens whose lease has passed go back to READY; returns how many."""
-        return int(self._db.transaction(lambda conn: execute(conn, EXPIRE, {"lineage_id": lineage_id}).scalar_one()))
+        return int(self._db.transaction(lambda conn: conn.execute(EXPIRE, {"lineage_id": lineage_id}).scalar_one()))
 
     def complete(
         self,
@@ -157,11 +156,10 @@ class PartitionTransitions(StoreBase):
         }
 
         def body(conn: Connection) -> list[str]:
-            if execute(conn, LAND, params).scalar_one_or_none() is None:
+            if conn.execute(LAND, params).scalar_one_or_none() is None:
                 raise self._lease_lost(conn, claim, "complete")
             if new_children:
-                execute(
-                    conn,
+                conn.execute(
                     INSERT_CHILDREN,
                     {
                         "lineage_id": claim.lineage_id,
@@ -170,8 +168,7 @@ class PartitionTransitions(StoreBase):
                     },
                 )
                 edges = [(t, parent) for t, _, parents in new_children for parent in parents]
-                execute(
-                    conn,
+                conn.execute(
                     INSERT_EDGES,
                     {
                         "lineage_id": claim.lineage_id,
@@ -181,10 +178,10 @@ class PartitionTransitions(StoreBase):
                 )
             if not finished:
                 return []
-            candidates = execute(conn, LOCK_CREATED_CHILDREN, key).scalars().all()
+            candidates = conn.execute(LOCK_CREATED_CHILDREN, key).scalars().all()
             if not candidates:
                 return []
-            promoted = execute(conn, PROMOTE, {"lineage_id": claim.lineage_id, "tokens": list(candidates)})
+            promoted = conn.execute(PROMOTE, {"lineage_id": claim.lineage_id, "tokens": list(candidates)})
             return sorted(promoted.scalars().all())
 
         promoted = self._db.transaction(body)
@@ -197,14 +194,18 @@ class PartitionTransitions(StoreBase):
         params = {**_claim_key(claim), "error": error[:MAX_ERROR_CHARS]}
 
         def body(conn: Connection) -> None:
-            if execute(conn, FAIL, params).scalar_one_or_none() is None:
+            if conn.execute(FAIL, params).scalar_one_or_none() is None:
                 raise self._lease_lost(conn, claim, "fail")
 
         self._db.transaction(body)
 
     def _lease_lost(self, conn: Connection, claim: Claim, action: str) -> LeaseLost:
         row = conn.execute(LEASE_HOLDER, {"lineage_id": claim.lineage_id, "token": claim.token}).one_or_none()
-        now = "unknown to the lineage" if row is None else f"now {row.state}, attempt {row.attempts}, owner {row.lease_owner}"
+        now = (
+            "unknown to the lineage"
+            if row is None
+            else f"now {row.state}, attempt {row.attempts}, owner {row.lease_owner}"
+        )
         return LeaseLost(
             f"cannot {action} token {claim.token}: attempt {claim.attempt} of {claim.owner} no longer holds it ({now}); "
             "its lease expired and the token was reclaimed or released"

@@ -6,17 +6,33 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+import sqlalchemy as sa
 
 from spanner_cdc.embedded_pg import EmbeddedPostgres
 from spanner_cdc.store import MetadataStore
 
+# Both Postgres drivers a URL can name: psycopg2 (binds on the client) and psycopg 3 (binds on the server).
+DRIVERS = ("psycopg2", "psycopg")
 
-@pytest.fixture(scope="module")
-def store(pg_url: str) -> Iterator[MetadataStore]:
-    metadata = MetadataStore.connect(pg_url)
+
+@pytest.fixture(scope="module", params=DRIVERS)
+def store(
+    pg_url: str, embedded_postgres: EmbeddedPostgres | None, request: pytest.FixtureRequest
+) -> Iterator[MetadataStore]:
+    """An upgraded store through each driver, each on a database of its own (tests reuse lineage names)."""
+    database = None
+    if request.param != DRIVERS[0]:
+        if embedded_postgres is None:
+            pytest.skip("needs the embedded Postgres for a second database")
+        database = "drv_" + uuid.uuid4().hex[:10]
+        pg_url = embedded_postgres.create_database(database)
+    url = sa.make_url(pg_url).set(drivername=f"postgresql+{request.param}")
+    metadata = MetadataStore.connect(url.render_as_string(hide_password=False))
     metadata.upgrade()
     yield metadata
     metadata.close()
+    if database is not None:
+        embedded_postgres.drop_database(database)  # type: ignore[union-attr]
 
 
 @pytest.fixture

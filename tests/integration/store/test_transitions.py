@@ -263,16 +263,3 @@ def test_low_watermark_is_the_slowest_unfinished_partition(store: MetadataStore)
     split = T0 + timedelta(minutes=10)
     store.complete(claim_b, watermark=split - US, finished=True, children=[record(split, ("c", ("b",)))])
     assert store.low_watermark(lineage_id) == split - US
-
-
-
-def test_a_session_that_lost_its_prepared_statements_recovers(store: MetadataStore) -> None:
-    lineage_id = new_lineage(store, ("a", "b"))
-    [first] = store.claim(lineage_id, window_end=W1, owner="w", lease=LEASE, limit=1)
-    # what a connection pooler's DISCARD ALL does to the session the store's pool holds
-    with store._db.engine.connect() as conn:
-        conn.exec_driver_sql("DEALLOCATE ALL")
-        conn.commit()
-    [second] = store.claim(lineage_id, window_end=W1, owner="w", lease=LEASE, limit=1)
-    assert (first.token, second.token) == ("a", "b")
-    assert store.complete(second, watermark=W1 - US, finished=False) == []
