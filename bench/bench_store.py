@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from spanner_cdc.records import ChildPartition, ChildPartitionsRecord
 from spanner_cdc.store import Claim, ManifestFile, MetadataStore
 
@@ -179,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are reported (default 5)")
     parser.add_argument("--workers", type=int, default=4, help="processes in the concurrent scenario (default 4)")
     parser.add_argument("--metadata-url", help="measure this Postgres instead of a fresh embedded one")
+    parser.add_argument(
+        "--driver", choices=("psycopg2", "psycopg"), default="psycopg2", help="the URL's Postgres driver (default psycopg2)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         server = None
@@ -189,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             server = ensure_running(Path(tmp) / "postgres")
             url, where = server.create_database("bench_store"), "the embedded Postgres (fsync=off)"
+        url = sa.make_url(url).set(drivername=f"postgresql+{args.driver}").render_as_string(hide_password=False)
         try:
             rates, cpu = measure(url, args.tokens, args.workers, args.rounds)
         finally:
@@ -196,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 server.stop()
     medians = {name: statistics.median(values) for name, values in rates.items()}
     print(
-        f"bench_store: claim+complete transitions per second on {where}; "
+        f"bench_store: claim+complete transitions per second on {where} through {args.driver}; "
         f"median of {args.rounds} interleaved rounds of {args.tokens} tokens"
     )
     print(f"  {'scenario':<38}{'per second':>11}{'min..max':>15}{'vs target':>11}")
@@ -217,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{capacity:.0f}/s ({capacity / TARGET:.2f}x target) when it has the CPU (wall-clock figures above "
             f"fall when other work shares the machine; load average now {os.getloadavg()[0]:.1f})"
         )
-    print(f"command: {COMMAND} --tokens {args.tokens} --rounds {args.rounds} --workers {args.workers}")
+    print(f"command: {COMMAND} --tokens {args.tokens} --rounds {args.rounds} --workers {args.workers} --driver {args.driver}")
     return 0
 
 
