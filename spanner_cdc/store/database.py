@@ -10,6 +10,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from spanner_cdc import store_url
 from spanner_cdc.errors import SchemaOutdated, StoreError, StoreUnreachable
 from spanner_cdc.store import prepared
 
@@ -26,16 +27,13 @@ MAX_ATTEMPTS = 5
 
 
 def normalise_url(url: str) -> str:
-    """SQLAlchemy 2 dropped the `postgres://` alias that many hosted Postgres services hand out."""
-    return re.sub(r"^postgres(?=(\+\w+)?://)", "postgresql", url.strip())
+    """The SQLAlchemy URL of what the user wrote (psycopg2 for the plain forms); see spanner_cdc.store_url."""
+    return store_url.normalise_url(url)
 
 
 def display_url(url: str) -> str:
-    """The URL with its password hidden, for messages and logs."""
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+    """The URL with its password hidden, for messages and logs (also for text that is no URL at all)."""
+    return store_url.mask_password(url)
 
 
 def _reason(exc: BaseException) -> str:
@@ -57,8 +55,9 @@ class Database:
     """Owns the engine; every store operation is one transaction run through `transaction`."""
 
     def __init__(self, url: str) -> None:
+        # Messages show the URL as the user wrote it (masked), not the driver-qualified one we connect with.
+        self.display_url = display_url(url)
         self.url = normalise_url(url)
-        self.display_url = display_url(self.url)
         try:
             self.engine: Engine = sa.create_engine(
                 self.url,
