@@ -24,6 +24,9 @@ POINT_ELSEWHERE = "start it, or point to another with --metadata-url / SPANNER_C
 RETRYABLE_PGCODES = frozenset({"40P01", "40001"}) | prepared.STALE_PGCODES
 UNDEFINED_TABLE = "42P01"
 MAX_ATTEMPTS = 5
+QUOTING_HINT = "@ : / % in the user name or password written as %40 %3A %2F %25"
+NO_SSL_REASON = "server does not support SSL"
+NO_SSL_HINT = "set sslmode=prefer or sslmode=disable in the URL, or enable SSL on the server"
 
 
 def normalise_url(url: str) -> str:
@@ -70,10 +73,11 @@ class Database:
                     "application_name": "spanner-cdc",
                 },
             )
-        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ValueError):
+            # The parser's own message may quote a piece of an unquoted password (a "port" after its ':')
             raise StoreError(
-                f"metadata store URL {self.display_url} is not a usable Postgres URL ({exc}): "
-                "expected postgresql://user:pass@host:5432/db"
+                f"metadata store URL {self.display_url} is not a usable Postgres URL: expected "
+                f"postgresql://user:pass@host:5432/db with {QUOTING_HINT}"
             ) from None
 
     def ping(self) -> None:
@@ -81,7 +85,10 @@ class Database:
         self.transaction(lambda conn: conn.execute(sa.text("SELECT 1")).scalar_one())
 
     def unreachable(self, exc: BaseException) -> StoreUnreachable:
-        return StoreUnreachable(f"metadata store at {self.display_url} is unreachable ({_reason(exc)}): {POINT_ELSEWHERE}")
+        reason = _reason(exc)
+        # "start it" would send the user after a server that runs: the URL asks for SSL it does not offer
+        hint = NO_SSL_HINT if NO_SSL_REASON in reason else POINT_ELSEWHERE
+        return StoreUnreachable(f"metadata store at {self.display_url} is unreachable ({reason}): {hint}")
 
     def transaction(self, body: Callable[[Connection], T]) -> T:
         """Run `body` in one transaction; a deadlock or serialization failure re-runs all of it."""
