@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import platform
@@ -13,10 +14,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from spanner_cdc.errors import StoreNotConfigured, StoreUnreachable
+
+if TYPE_CHECKING:
+    from spanner_cdc.settings import Settings
 
 log = logging.getLogger(__name__)
 SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root
@@ -233,6 +237,13 @@ def metadata_url(home: Path, configured: str | None, database: str = "spanner_cd
     if configured:
         return configured
     return ensure_running(home / "postgres").create_database(database)
+
+
+def with_dev_store(settings: Settings) -> Settings:
+    """`settings` with the embedded store filled in when no URL is configured: for the CLI on a laptop only."""
+    if settings.metadata_url:
+        return settings
+    return dataclasses.replace(settings, metadata_url=metadata_url(settings.home, None))
 
 
 NOT_CONFIGURED = (
