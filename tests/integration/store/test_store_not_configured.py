@@ -57,3 +57,21 @@ def test_airflow_task_bodies_without_a_metadata_url_fail_naming_the_setting(tmp_
         assert kind == "AirflowFailException", (name, kind, text)
         assert text.startswith(f"StoreNotConfigured: {MESSAGE}"), (name, text)
     assert not (tmp_path / "home" / "postgres").exists()
+
+
+def test_the_cli_on_a_laptop_starts_the_embedded_store(tmp_path: Path) -> None:
+    from spanner_cdc.embedded_pg import EmbeddedPostgres
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPANNER_CDC_")}
+    env["SPANNER_CDC_HOME"] = str(tmp_path / "home")
+    command = [str(Path(sys.executable).with_name("spanner-cdc")), "db", "upgrade"]
+    data_dir = tmp_path / "home" / "postgres"
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "metadata store at postgresql+psycopg2://postgres@127.0.0.1:" in result.stdout
+        assert (data_dir / "PG_VERSION").exists()
+    finally:
+        port_file = tmp_path / "home" / "postgres.port"
+        if port_file.exists():
+            EmbeddedPostgres(data_dir, int(port_file.read_text())).stop()
