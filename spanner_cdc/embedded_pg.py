@@ -32,7 +32,7 @@ class EmbeddedPostgres:
 
     data_dir: Path
     port: int
-    password: str | None = None
+    password: str | None = dataclasses.field(default=None, repr=False)  # a failing test's traceback shows the repr
     socket_dir: Path | None = None
 
     def url(self, database: str = "postgres") -> str:
