@@ -21,6 +21,14 @@ class ConfigError(SpannerCdcError):
         super().__init__(f"invalid {field}={value!r}: expected {accepted}")
 
 
+class StoreNotConfigured(ConfigError):
+    """No metadata store URL where nothing may start one: everywhere but the dev stack (the CLI, demo, up)."""
+
+    def __init__(self, message: str) -> None:
+        self.field, self.value, self.accepted = "metadata_url", None, "a Postgres URL"
+        SpannerCdcError.__init__(self, message)
+
+
 class UsageError(SpannerCdcError):
     """A command was called with arguments that cannot work together."""
 

@@ -7,8 +7,9 @@ import logging
 import os
 from collections.abc import Mapping
 from typing import Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+from spanner_cdc.embedded_pg import require_metadata_url
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.settings import Settings, load_settings
 from spanner_cdc.streams import StreamConfig, load_streams
@@ -20,6 +21,15 @@ METADATA_CONN_ID = "spanner_cdc_metadata"
 SPANNER_CONN_ID = "spanner_cdc_spanner"
 SPARK_CONN_ID = "spanner_cdc_spark"
 SPANNER_EXTRA_KEYS = ("project", "instance", "database", "dialect", "emulator_host")
+# What a `postgres` connection's extras may set for the store: libpq's connection parameters.
+LIBPQ_PARAMS = (
+    "sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl", "sslpassword", "sslsni", "sslcompression",
+    "channel_binding", "gssencmode", "krbsrvname", "connect_timeout", "application_name", "options",
+    "client_encoding", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+    "tcp_user_timeout", "target_session_attrs", "passfile", "service",
+)  # fmt: skip
+# Extras the Airflow Postgres hook reads for itself (they change nothing for a connection made elsewhere).
+POSTGRES_HOOK_ONLY_EXTRAS = ("cursor", "enable_log_db_messages", "sqlalchemy_scheme", "sqlalchemy_query")
 
 
 class ConnectionLike(Protocol):
@@ -36,21 +46,35 @@ class ConnectionLike(Protocol):
 
 
 def metadata_url_from(conn: ConnectionLike) -> str:
-    """A Postgres connection as a SQLAlchemy URL (psycopg2 driver), credentials quoted."""
+    """A Postgres connection as a SQLAlchemy URL (psycopg2 driver), credentials quoted, extras as libpq parameters.
+
+    A host that is a directory (`/var/run/postgresql`) is a Unix socket: it goes in `?host=`, as libpq wants.
+    """
     if conn.conn_type not in ("postgres", "postgresql"):
         raise ConfigError(f"connection {conn.conn_id}: conn_type", conn.conn_type, "postgres")
     if not conn.host:
-        raise ConfigError(f"connection {conn.conn_id}: host", conn.host, "the Postgres host name")
-    auth = ""
-    if conn.login:
-        auth = quote(conn.login, safe="")
-        if conn.password:
-            auth += ":" + quote(conn.password, safe="")
-        auth += "@"
-    port = f":{conn.port}" if conn.port else ""
-    database = conn.schema or "spanner_cdc"
-    query = "&".join(f"{quote(str(k))}={quote(str(v))}" for k, v in sorted(conn.extra_dejson.items()))
-    return f"postgresql+psycopg2://{auth}{conn.host}{port}/{database}" + (f"?{query}" if query else "")
+        raise ConfigError(f"connection {conn.conn_id}: host", conn.host, "the Postgres host name or socket directory")
+    auth = quote(conn.login or "", safe="")
+    if conn.password:
+        auth += ":" + quote(conn.password, safe="")
+    params = _libpq_params(conn)
+    netloc = f"{auth}@" if auth else ""
+    if conn.host.startswith("/"):
+        params = {"host": conn.host, **({"port": str(conn.port)} if conn.port else {}), **params}
+    else:
+        netloc += conn.host + (f":{conn.port}" if conn.port else "")
+    database = quote(conn.schema or "spanner_cdc", safe="")
+    query = urlencode(sorted(params.items()), quote_via=quote, safe="/")
+    return f"postgresql+psycopg2://{netloc}/{database}" + (f"?{query}" if query else "")
+
+
+def _libpq_params(conn: ConnectionLike) -> dict[str, str]:
+    """The extras that are libpq connection parameters; the Postgres hook's own display keys are ignored."""
+    extra = {k: v for k, v in conn.extra_dejson.items() if k not in POSTGRES_HOOK_ONLY_EXTRAS and v not in (None, "")}
+    unknown = sorted(set(extra) - set(LIBPQ_PARAMS))
+    if unknown:
+        raise ConfigError(f"connection {conn.conn_id}: extra", unknown, "libpq parameters such as sslmode, sslrootcert")
+    return {key: str(value) for key, value in extra.items()}
 
 
 def spanner_values_from(conn: ConnectionLike) -> dict[str, Any]:
@@ -125,7 +149,11 @@ def fetch_connection(connection_id: str) -> ConnectionLike | None:
 
 
 def stream_settings(stream_name: str, *, namespace: str | None = None, **overrides: Any) -> tuple[StreamConfig, Settings]:
-    """The configured stream `stream_name` and its Settings: stream table > connections > env > config file."""
+    """The configured stream `stream_name` and its Settings: stream table > connections > env > config file.
+
+    A task never starts a Postgres of its own: no metadata store URL is StoreNotConfigured, before
+    anything is read (a worker's private store would split the lineage across machines).
+    """
     base = load_settings({})
     streams = load_streams(base)
     if stream_name not in streams:
@@ -142,4 +170,5 @@ def stream_settings(stream_name: str, *, namespace: str | None = None, **overrid
         overrides["namespace"] = namespace
     if overrides:
         settings = dataclasses.replace(settings, **overrides)
+    require_metadata_url(settings.metadata_url)
     return config, settings

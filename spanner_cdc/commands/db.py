@@ -31,12 +31,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _connect(args: argparse.Namespace) -> MetadataStore:
-    from spanner_cdc.embedded_pg import metadata_url
+    from spanner_cdc.embedded_pg import with_dev_store
     from spanner_cdc.settings import load_settings
     from spanner_cdc.store import MetadataStore
 
-    settings = load_settings(vars(args))
-    return MetadataStore.connect(metadata_url(settings.home, settings.metadata_url))
+    settings = with_dev_store(load_settings(vars(args)))
+    assert settings.metadata_url is not None
+    return MetadataStore.connect(settings.metadata_url)
 
 
 def run_upgrade(args: argparse.Namespace) -> int:

@@ -104,6 +104,7 @@ def describe(summary: WindowSummary) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.commands.read import parse_timestamp
+    from spanner_cdc.embedded_pg import with_dev_store
     from spanner_cdc.pipeline import catch_up, run_window
     from spanner_cdc.spark.session import stop_sessions
 
@@ -111,6 +112,7 @@ def handle(args: argparse.Namespace) -> int:
     settings = resolve_settings(args)
     start = parse_timestamp(args.window_start, "--window-start")
     end = parse_timestamp(args.window_end, "--window-end")
+    settings = with_dev_store(settings)  # the CLI on a laptop: the embedded store when none is configured
     progress = ProgressLine(sys.stderr) if sys.stderr.isatty() and not args.debug else None
     if progress is not None:
         logging.getLogger("spanner_cdc").setLevel(logging.WARNING)

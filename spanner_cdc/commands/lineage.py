@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from spanner_cdc.embedded_pg import with_dev_store
     from spanner_cdc.errors import ConfigError
     from spanner_cdc.settings import load_settings
     from spanner_cdc.store import open_store
@@ -41,7 +42,7 @@ def run_show(args: argparse.Namespace) -> int:
     settings = load_settings(vars(args))
     if settings.stream is None:
         raise ConfigError("--stream", None, "a change stream name (or set SPANNER_CDC_STREAM)")
-    with open_store(settings) as store:
+    with open_store(with_dev_store(settings)) as store:
         lineage = store.get_lineage(settings.stream, settings.namespace)
         graph = store.graph(lineage.id)
     sys.stdout.write(render(graph, args.format))
@@ -49,11 +50,12 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    from spanner_cdc.embedded_pg import with_dev_store
     from spanner_cdc.settings import load_settings
     from spanner_cdc.store import open_store
     from spanner_cdc.store.render import iso
 
-    with open_store(load_settings(vars(args))) as store:
+    with open_store(with_dev_store(load_settings(vars(args)))) as store:
         for lineage in store.lineages():
             low = store.low_watermark(lineage.id)
             print(f"{lineage.name}\tid {lineage.id}\tdatabase {lineage.database or '-'}\tlow watermark {iso(low) or '-'}")

@@ -36,10 +36,14 @@ __all__ = [
 
 
 def open_store(settings: Settings, *, check_schema: bool = True) -> MetadataStore:
-    """The store named by the settings (the embedded Postgres by default), schema checked unless told not to."""
-    from spanner_cdc.embedded_pg import metadata_url
+    """The store the settings name, schema checked unless told not to.
 
-    store = MetadataStore.connect(metadata_url(settings.home, settings.metadata_url))
+    No URL is an error here (StoreNotConfigured), never a Postgres started on whatever machine runs
+    this: only the dev stack's entry points (the CLI, demo, up) fill in the embedded store first.
+    """
+    from spanner_cdc.embedded_pg import require_metadata_url
+
+    store = MetadataStore.connect(require_metadata_url(settings.metadata_url))
     if check_schema:
         try:
             store.check_schema()

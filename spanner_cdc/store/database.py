@@ -10,6 +10,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from spanner_cdc import store_url
 from spanner_cdc.errors import SchemaOutdated, StoreError, StoreUnreachable
 
 log = logging.getLogger(__name__)
@@ -21,19 +22,19 @@ POINT_ELSEWHERE = "start it, or point to another with --metadata-url / SPANNER_C
 RETRYABLE_PGCODES = frozenset({"40P01", "40001"})
 UNDEFINED_TABLE = "42P01"
 MAX_ATTEMPTS = 5
+QUOTING_HINT = "@ : / % in the user name or password written as %40 %3A %2F %25"
+NO_SSL_REASON = "server does not support SSL"
+NO_SSL_HINT = "set sslmode=prefer or sslmode=disable in the URL, or enable SSL on the server"
 
 
 def normalise_url(url: str) -> str:
-    """SQLAlchemy 2 dropped the `postgres://` alias that many hosted Postgres services hand out."""
-    return re.sub(r"^postgres(?=(\+\w+)?://)", "postgresql", url.strip())
+    """The SQLAlchemy URL of what the user wrote (psycopg2 for the plain forms); see spanner_cdc.store_url."""
+    return store_url.normalise_url(url)
 
 
 def display_url(url: str) -> str:
-    """The URL with its password hidden, for messages and logs."""
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+    """The URL with its password hidden, for messages and logs (also for text that is no URL at all)."""
+    return store_url.mask_password(url)
 
 
 def _reason(exc: BaseException) -> str:
@@ -55,8 +56,9 @@ class Database:
     """Owns the engine; every store operation is one transaction run through `transaction`."""
 
     def __init__(self, url: str) -> None:
+        # Messages show the URL as the user wrote it (masked), not the driver-qualified one we connect with.
+        self.display_url = display_url(url)
         self.url = normalise_url(url)
-        self.display_url = display_url(self.url)
         try:
             self.engine: Engine = sa.create_engine(
                 self.url,
@@ -69,10 +71,11 @@ class Database:
                     "application_name": "spanner-cdc",
                 },
             )
-        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ValueError):
+            # The parser's own message may quote a piece of an unquoted password (a "port" after its ':')
             raise StoreError(
-                f"metadata store URL {self.display_url} is not a usable Postgres URL ({exc}): "
-                "expected postgresql://user:pass@host:5432/db"
+                f"metadata store URL {self.display_url} is not a usable Postgres URL: expected "
+                f"postgresql://user:pass@host:5432/db with {QUOTING_HINT}"
             ) from None
 
     def ping(self) -> None:
@@ -80,7 +83,10 @@ class Database:
         self.transaction(lambda conn: conn.execute(sa.text("SELECT 1")).scalar_one())
 
     def unreachable(self, exc: BaseException) -> StoreUnreachable:
-        return StoreUnreachable(f"metadata store at {self.display_url} is unreachable ({_reason(exc)}): {POINT_ELSEWHERE}")
+        reason = _reason(exc)
+        # "start it" would send the user after a server that runs: the URL asks for SSL it does not offer
+        hint = NO_SSL_HINT if NO_SSL_REASON in reason else POINT_ELSEWHERE
+        return StoreUnreachable(f"metadata store at {self.display_url} is unreachable ({reason}): {hint}")
 
     def transaction(self, body: Callable[[Connection], T]) -> T:
         """Run `body` in one transaction; a deadlock or serialization failure re-runs all of it."""

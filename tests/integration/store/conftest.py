@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -10,6 +9,7 @@ import sqlalchemy as sa
 
 from spanner_cdc.embedded_pg import EmbeddedPostgres
 from spanner_cdc.store import MetadataStore
+from tests.fixtures.postgres import PostgresRole, create_owned_database
 
 # Both Postgres drivers a URL can name: psycopg2 (binds on the client) and psycopg 3 (binds on the server).
 DRIVERS = ("psycopg2", "psycopg")
@@ -36,16 +36,18 @@ def store(
 
 
 @pytest.fixture
-def empty_database(embedded_postgres: EmbeddedPostgres | None) -> Iterator[Callable[[], str]]:
-    """Makes databases with no schema at all (needs the embedded server: an external URL is one database)."""
-    if embedded_postgres is None:
+def empty_database(
+    embedded_postgres: EmbeddedPostgres | None, pg_role: PostgresRole | None
+) -> Iterator[Callable[[], str]]:
+    """Makes databases with no schema at all, owned by the run's role (needs the embedded server)."""
+    if embedded_postgres is None or pg_role is None:
         pytest.skip("needs the embedded Postgres to create databases")
     made: list[str] = []
 
     def make() -> str:
-        name = "empty_" + uuid.uuid4().hex[:10]
+        name, url = create_owned_database(embedded_postgres, pg_role, prefix="empty_")
         made.append(name)
-        return embedded_postgres.create_database(name)
+        return url
 
     yield make
     for name in made:

@@ -38,6 +38,31 @@ def test_postgres_connection_extras_become_query_parameters() -> None:
     assert connections.metadata_url_from(conn) == "postgresql+psycopg2://db/spanner_cdc?sslmode=require"
 
 
+def test_postgres_connection_password_with_every_character_that_needs_quoting() -> None:
+    conn = Conn("postgres", host="db", port=5432, login="cdc user", password="p@ss:w/rd% ?#&=", schema="my db",
+                extra={"sslmode": "prefer", "options": "-c search_path=cdc"})
+    assert connections.metadata_url_from(conn) == (
+        "postgresql+psycopg2://cdc%20user:p%40ss%3Aw%2Frd%25%20%3F%23%26%3D@db:5432/my%20db"
+        "?options=-c%20search_path%3Dcdc&sslmode=prefer"
+    )
+
+
+def test_postgres_connection_to_a_unix_socket_directory() -> None:
+    conn = Conn("postgres", host="/var/run/postgresql", port=5433, login="cdc", password="pw", schema="lineage")
+    assert connections.metadata_url_from(conn) == (
+        "postgresql+psycopg2://cdc:pw@/lineage?host=/var/run/postgresql&port=5433"
+    )
+
+
+def test_postgres_connection_extras_of_the_hook_are_ignored_and_unknown_ones_refused() -> None:
+    hook_only = Conn("postgres", host="db", extra={"cursor": "dictcursor", "sslmode": "disable"})
+    assert connections.metadata_url_from(hook_only) == "postgresql+psycopg2://db/spanner_cdc?sslmode=disable"
+    with pytest.raises(ConfigError) as raised:
+        connections.metadata_url_from(Conn("postgres", host="db", extra={"iam": True}, conn_id="spanner_cdc_metadata"))
+    assert raised.value.field == "connection spanner_cdc_metadata: extra"
+    assert raised.value.value == ["iam"]
+
+
 def test_metadata_connection_must_be_postgres() -> None:
     with pytest.raises(ConfigError) as raised:
         connections.metadata_url_from(Conn("mysql", host="db", conn_id="spanner_cdc_metadata"))
