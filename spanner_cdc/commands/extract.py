@@ -105,13 +105,17 @@ def describe(summary: WindowSummary) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.commands.read import parse_timestamp
+    from spanner_cdc.lake.layout import check_output_root
     from spanner_cdc.pipeline import catch_up, run_window
-    from spanner_cdc.spark.session import stop_sessions
+    from spanner_cdc.spark.session import check_java, stop_sessions
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are per connection, not ours
     settings = resolve_settings(args)
     start = parse_timestamp(args.window_start, "--window-start")
     end = parse_timestamp(args.window_end, "--window-end")
+    # what the run needs locally, before it touches the store or starts a JVM
+    check_output_root(settings.output_root)
+    check_java(settings.spark_master)
     progress = ProgressLine(sys.stderr) if sys.stderr.isatty() and not args.debug else None
     if progress is not None:
         logging.getLogger("spanner_cdc").setLevel(logging.WARNING)
