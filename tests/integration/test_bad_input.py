@@ -48,6 +48,8 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     config: str | None = None  # TOML text of a file named by SPANNER_CDC_CONFIG
     exit_code: int = 2
+    # a window after the stream was created, which a run without the up-front check would extract
+    live_window: bool = False
 
 
 def extract(*flags: str) -> list[str]:
@@ -100,8 +102,9 @@ CASES: dict[str, Any] = {
                                                    env={"SPANNER_EMULATOR_HOST": f"127.0.0.1:{closed_port()}"}, exit_code=1),
     "JAVA_HOME without a java": Case(extract(), "JAVA_HOME", "Java 17 runtime", env={"JAVA_HOME": "/nonexistent/jdk"}),
     # the lake
-    "output root that is a file": Case(extract(), "--output-root", "lake is a file"),
-    "output root under a directory this user cannot write": Case(extract(), "--output-root", "is not writable"),
+    "output root that is a file": Case(extract(), "--output-root", "lake is a file", live_window=True),
+    "output root under a directory this user cannot write": Case(extract(), "--output-root", "is not writable",
+                                                                 live_window=True),
 }  # fmt: skip
 
 
@@ -195,7 +198,12 @@ def test_a_bad_input_gets_one_line_and_changes_nothing(
                 env.pop("SPANNER_CDC_" + key.upper(), None)  # the variable would win over the file
         lake_before, rows_before = files_under(place.output_root), row_counts(secret_url)
 
-        result = run(case.argv, env, place)
+        argv = case.argv
+        if case.live_window:
+            start = datetime.now(UTC)
+            argv = [*argv[:1], "--window-start", start.isoformat(), "--window-end", (start + timedelta(seconds=10)).isoformat(),
+                    *argv[len(WINDOW) + 1:]]  # fmt: skip
+        result = run(argv, env, place)
 
         lines = result.stderr.splitlines()
         assert len(lines) == 1, result.stderr
