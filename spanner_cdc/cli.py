@@ -6,15 +6,42 @@ import argparse
 import importlib
 import logging
 import pkgutil
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from spanner_cdc import commands
 from spanner_cdc.errors import SpannerCdcError
 
+# argparse's own wording of a bad value (Python 3.11), reworded like the settings' errors
+_BAD_CHOICE = re.compile(r"^argument (?P<flag>[^/:]+)[^:]*: invalid choice: (?P<value>.*) \(choose from (?P<choices>.*)\)$")
+_BAD_NUMBER = re.compile(r"^argument (?P<flag>[^/:]+)[^:]*: invalid (?P<kind>int|float) value: (?P<value>.*)$")
+_NUMBER_KINDS = {"int": "an integer", "float": "a number"}
+
+
+def one_line(message: str, prog: str) -> str:
+    """An argparse error as one line in the settings' style; errors of form, not value, point at --help."""
+    if match := _BAD_CHOICE.match(message):
+        choices = re.sub(r"'([^']*)'", r"\1", match["choices"])
+        return f"invalid {match['flag']}={match['value']}: expected one of {choices}"
+    if match := _BAD_NUMBER.match(message):
+        return f"invalid {match['flag']}={match['value']}: expected {_NUMBER_KINDS[match['kind']]}"
+    return f"{message.removeprefix('argument ')} (see `{prog} --help`)"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one stderr line instead of the usage block (--help still prints it).
+
+    Subcommand parsers are of the same class (argparse makes them with the parent's class).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"spanner-cdc: error: {one_line(message, self.prog)}\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="spanner-cdc",
         description="Extract Cloud Spanner change streams into a data lake, one fixed window at a time.",
         epilog="Settings: flags beat SPANNER_CDC_* environment variables, which beat the TOML file "

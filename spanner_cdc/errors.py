@@ -65,3 +65,7 @@ class NotFound(SpannerCdcError):
 
 class ExtractError(SpannerCdcError):
     """An extract could not complete (a token failed, a window check failed)."""
+
+
+class SparkStartError(SpannerCdcError):
+    """Spark's driver JVM did not start (no Java, too little memory, a loaded machine)."""

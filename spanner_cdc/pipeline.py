@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError
 from spanner_cdc.extract import ExtractJob, TokenResult, extract_claims, lease_duration
-from spanner_cdc.lake.layout import LakeLayout
+from spanner_cdc.lake.layout import LakeLayout, check_output_root
 from spanner_cdc.lake.rows import READ_METHODS
 from spanner_cdc.lake.window import write_marker
 from spanner_cdc.planning import check_retention, effective_start, root_partitions
@@ -165,6 +165,7 @@ def plan_window(
 
     start, end = _window(window_start, window_end)
     stream, _ = _stream(settings), _read_method(read_method)
+    check_output_root(settings.output_root)
     database = open_database(settings)
     dialect = detect_dialect(database, settings.dialect)
     meta = stream_metadata(database, stream, dialect)

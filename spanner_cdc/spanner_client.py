@@ -57,7 +57,16 @@ def open_database(settings: Settings) -> Database:
     if settings.emulator_host:
         # the client reads the variable itself: it switches to an insecure channel and anonymous credentials
         os.environ[EMULATOR_ENV] = settings.emulator_host
-    client = spanner.Client(project=settings.project, disable_builtin_metrics=bool(settings.emulator_host))
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        client = spanner.Client(project=settings.project, disable_builtin_metrics=bool(settings.emulator_host))
+    except DefaultCredentialsError:
+        raise SourceError(
+            f"no Google Cloud credentials for Cloud Spanner (project {settings.project}): set "
+            "GOOGLE_APPLICATION_CREDENTIALS to a key file or run `gcloud auth application-default login`; "
+            f"or set {EMULATOR_ENV}=host:port for an emulator or the local server"
+        ) from None
     return client.instance(settings.instance).database(settings.database)
 
 

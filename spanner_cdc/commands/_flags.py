@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+
+from spanner_cdc.settings import DIALECTS
 
 METADATA_URL_HELP = "Postgres URL of the metadata store (default: SPANNER_CDC_METADATA_URL, else the embedded Postgres)"
 
@@ -16,3 +19,24 @@ def add_spanner_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_metadata_url_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metadata-url", help=METADATA_URL_HELP)
+
+
+def any_case(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """A flag's value in any case becomes its choice's spelling, as SPANNER_CDC_* values do."""
+
+    def canonical(value: str) -> str:
+        return next((choice for choice in choices if choice.upper() == value.upper()), value)
+
+    return canonical
+
+
+def int_or_text(value: str) -> int | str:
+    """An integer flag of a setting: not-a-number passes through, so the setting's check names its range."""
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def add_dialect_flag(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--dialect", type=any_case(DIALECTS), choices=DIALECTS, help=f"{help} (SPANNER_CDC_DIALECT)")

@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from spanner_cdc.commands._flags import add_metadata_url_flag, add_spanner_flags
+from spanner_cdc.commands._flags import add_dialect_flag, add_metadata_url_flag, add_spanner_flags, int_or_text
 
 if TYPE_CHECKING:
     from spanner_cdc.pipeline import Progress, WindowSummary
@@ -34,10 +34,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--namespace", help="lineage namespace (default: live)")
     parser.add_argument("--output-root", help="root of the data lake (SPANNER_CDC_OUTPUT_ROOT)")
     add_spanner_flags(parser)
-    parser.add_argument("--dialect", choices=("auto", "GOOGLE_STANDARD_SQL", "POSTGRESQL"), help="SQL dialect")
-    parser.add_argument("--heartbeat-ms", type=int, help="heartbeat_milliseconds of the queries (default 10000)")
+    add_dialect_flag(parser, "SQL dialect (default: auto)")
+    # a bad value is refused by load_settings, in the same words as through SPANNER_CDC_* (with the range)
+    parser.add_argument("--heartbeat-ms", type=int_or_text, help="heartbeat_milliseconds of the queries, 1000..300000 (default 10000)")
     parser.add_argument("--spark-master", help="local[*], spark://host:port or sc://host:port (SPANNER_CDC_SPARK_MASTER)")
-    parser.add_argument("--concurrency", type=int, help="token jobs run at once (default 4)")
+    parser.add_argument("--concurrency", type=int_or_text, help="token jobs run at once, 1..256 (default 4)")
     add_metadata_url_flag(parser)
     parser.add_argument(
         "--read-method", choices=READ_METHODS, default=READ_METHODS[0], help="read_method column (backfills: the second)"
@@ -105,13 +106,17 @@ def describe(summary: WindowSummary) -> str:
 def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.commands.read import parse_timestamp
     from spanner_cdc.embedded_pg import with_dev_store
+    from spanner_cdc.lake.layout import check_output_root
     from spanner_cdc.pipeline import catch_up, run_window
-    from spanner_cdc.spark.session import stop_sessions
+    from spanner_cdc.spark.session import check_java, stop_sessions
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are per connection, not ours
     settings = resolve_settings(args)
     start = parse_timestamp(args.window_start, "--window-start")
     end = parse_timestamp(args.window_end, "--window-end")
+    # what the run needs locally, before it touches the store or starts a JVM
+    check_output_root(settings.output_root)
+    check_java(settings.spark_master)
     settings = with_dev_store(settings)  # the CLI on a laptop: the embedded store when none is configured
     progress = ProgressLine(sys.stderr) if sys.stderr.isatty() and not args.debug else None
     if progress is not None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TextIO
 
-from spanner_cdc.commands._flags import add_spanner_flags
+from spanner_cdc.commands._flags import add_dialect_flag, add_spanner_flags, int_or_text
 from spanner_cdc.errors import ConfigError, RetentionError, UsageError
 from spanner_cdc.record_json import record_to_json, rfc3339
 from spanner_cdc.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
@@ -57,12 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument(
         "--all-partitions", action="store_true", help="run the whole query workflow: roots, then every child"
     )
-    parser.add_argument("--heartbeat-ms", type=int, help="heartbeat_milliseconds, 1000..300000 (default 10000)")
+    # a bad value is refused by load_settings, in the same words as through SPANNER_CDC_* (with the range)
+    parser.add_argument("--heartbeat-ms", type=int_or_text, help="heartbeat_milliseconds, 1000..300000 (default 10000)")
     parser.add_argument("--format", choices=("jsonl", "text"), default="jsonl", help="output format (default jsonl)")
-    parser.add_argument(
-        "--dialect", choices=("auto", "GOOGLE_STANDARD_SQL", "POSTGRESQL"), help="SQL dialect (default: auto-detect)"
-    )
-    parser.add_argument("--concurrency", type=int, help="partitions queried at once with --all-partitions and --end")
+    add_dialect_flag(parser, "SQL dialect (default: auto-detect)")
+    parser.add_argument("--concurrency", type=int_or_text, help="partitions queried at once with --all-partitions and --end, 1..256")
     parser.set_defaults(func=handle)
 
 

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from spanner_cdc.errors import ConfigError
+
 STAGING_DIR = "_staging"
 WINDOWS_DIR = "_windows"
 JOURNAL_NAME = "publishing.json"
 _SAFE_TABLE = re.compile(r"^[A-Za-z0-9_\-.$]+$")
+# a URL's scheme (gs://, s3://): Path() keeps it as a first component "gs:"
+_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/")
+OUTPUT_ROOT_FIELD = "output root (--output-root / SPANNER_CDC_OUTPUT_ROOT)"
 
 
 def compact_time(value: datetime) -> str:
@@ -102,3 +108,32 @@ def published_files(root: Path) -> list[Path]:
     if not Path(root).exists():
         return []
     return sorted(p for p in Path(root).rglob("*.parquet") if is_published(p, Path(root)))
+
+
+def check_output_root(output_root: str | Path) -> None:
+    """Refuse, before anything is claimed or Spark started, a local lake root that cannot take the lake's files.
+
+    Nothing is created here. A URL root (gs://, s3://) has no local directory to look at and passes:
+    its own writer checks it.
+    """
+    text = str(output_root)
+    if _URL_SCHEME.match(text):
+        return
+    problem = _local_root_problem(Path(text))
+    if problem:
+        raise ConfigError(OUTPUT_ROOT_FIELD, text, f"a directory this user can write, or a path where one can be created; {problem}")
+
+
+def _local_root_problem(root: Path) -> str | None:
+    """Why `root` cannot be (made) a writable directory, or None."""
+    existing = root.absolute()
+    try:
+        while not existing.exists():  # False too when an ancestor is a file: the walk stops at that file
+            existing = existing.parent
+    except OSError as exc:  # e.g. a parent that cannot be searched
+        return f"{existing} cannot be looked at ({exc.strerror})"
+    if not existing.is_dir():
+        return f"{existing} is a file" if existing.is_file() else f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None

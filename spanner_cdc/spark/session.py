@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
+
+from spanner_cdc.errors import ConfigError, SparkStartError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -139,9 +142,50 @@ def _create(master: str) -> SparkSession:
     builder: Any = SparkSession.builder.master(master).appName(APP_NAME)
     for key, value in classic_conf(master).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    session = _start_driver(builder, master)
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+JVM_START_ATTEMPTS = 2  # a JVM that dies on start under load usually starts on the next try
+JVM_HINT = (
+    "check that JAVA_HOME names a Java 17 runtime (or is unset, with `java` on PATH) and that the machine "
+    "has free memory for the driver (spark.driver.memory / SPARK_DRIVER_MEMORY, default 1g)"
+)
+
+
+def check_java(master: str) -> None:
+    """A local or standalone driver is a JVM started here: refuse at once when there is no java to start."""
+    if run_mode(master) == CONNECT:
+        return
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java = Path(java_home) / "bin" / "java"
+        if not (java.is_file() and os.access(java, os.X_OK)):
+            raise ConfigError(
+                "JAVA_HOME", java_home, "the directory of a Java 17 runtime (with bin/java), or unset to use java on PATH"
+            )
+    elif shutil.which("java") is None:
+        raise SparkStartError(f"Spark needs Java for master {master}: no `java` on PATH and JAVA_HOME is unset; "
+                              "install a Java 17 runtime or set JAVA_HOME to one")  # fmt: skip
+
+
+def _start_driver(builder: Any, master: str) -> SparkSession:
+    """getOrCreate, once more when the JVM exits before it is up; then one line that says what to check."""
+    from pyspark.errors import PySparkRuntimeError
+
+    for attempt in range(1, JVM_START_ATTEMPTS + 1):
+        try:
+            return builder.getOrCreate()  # type: ignore[no-any-return]
+        except PySparkRuntimeError as exc:
+            if exc.getCondition() != "JAVA_GATEWAY_EXITED":
+                raise
+            if attempt < JVM_START_ATTEMPTS:
+                log.warning("spark: the driver JVM for %s exited while starting; starting it once more", master)
+    raise SparkStartError(
+        f"Spark's driver JVM for master {master} exited while starting ({JVM_START_ATTEMPTS} tries; "
+        f"its own messages, if any, are above): {JVM_HINT}"
+    )
 
 
 def ensure_source_registered(session: SparkSession) -> None:

@@ -73,3 +73,17 @@ def test_config_file_errors_name_the_file_and_key(tmp_path: Path) -> None:
 
 def test_dialect_is_case_insensitive_and_canonical() -> None:
     assert load_settings({"dialect": "postgresql"}, env={}).dialect == "POSTGRESQL"
+
+
+def test_the_output_root_is_checked_up_front_only_where_it_is_local(tmp_path: Path) -> None:
+    from spanner_cdc.lake.layout import check_output_root
+
+    (tmp_path / "file").write_text("x")
+    for bad in (tmp_path / "file", tmp_path / "file" / "lake"):
+        with pytest.raises(ConfigError, match=r"--output-root / SPANNER_CDC_OUTPUT_ROOT.*file is a file"):
+            check_output_root(bad)
+    check_output_root(tmp_path / "new" / "lake")  # can be created
+    assert not (tmp_path / "new").exists()  # and the check created nothing
+    # object-store roots have no local directory to look at; Path() turns gs://b into gs:/b
+    for url in ("gs://bucket/lake", "s3://bucket/lake", Path("gs://bucket/lake")):
+        check_output_root(url)
