@@ -10,6 +10,10 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	@# a venv made before the Spark provider was dropped still holds pyspark-client's files over pyspark's
+	@if $(BIN)/python -m pip show -q pyspark-client apache-airflow-providers-apache-spark >/dev/null 2>&1; then \
+		$(BIN)/python -m pip uninstall -y -q pyspark-client apache-airflow-providers-apache-spark && \
+		$(BIN)/python -m pip install -q --force-reinstall --no-deps "$$($(BIN)/python -m pip show pyspark | sed -n 's/^Version: /pyspark==/p')"; fi
 	$(BIN)/python -m pip check
 	touch $(STAMP)
 
