@@ -112,14 +112,7 @@ def test_store_connects_and_upgrades_with_each_url_form(target: Target, form: st
         store.check_schema()
 
 
-PSYCOPG3_PENDING = pytest.mark.xfail(
-    strict=True, reason="driver-neutral SQL lands from the lead (psycopg 3 cannot run the hand-written PREPARE)"
-)
-
-
-@pytest.mark.parametrize(
-    "form", [pytest.param(f, marks=PSYCOPG3_PENDING) if FORMS[f][1] == "psycopg" else f for f in FORMS]
-)
+@pytest.mark.parametrize("form", list(FORMS))
 def test_claim_and_complete_with_each_url_form(target: Target, form: str) -> None:
     with MetadataStore.connect(FORMS[form][0](target)) as store:
         store.upgrade()
