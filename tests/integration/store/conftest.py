@@ -17,15 +17,17 @@ DRIVERS = ("psycopg2", "psycopg")
 
 @pytest.fixture(scope="module", params=DRIVERS)
 def store(
-    pg_url: str, embedded_postgres: EmbeddedPostgres | None, request: pytest.FixtureRequest
+    pg_url: str,
+    embedded_postgres: EmbeddedPostgres | None,
+    pg_role: PostgresRole | None,
+    request: pytest.FixtureRequest,
 ) -> Iterator[MetadataStore]:
     """An upgraded store through each driver, each on a database of its own (tests reuse lineage names)."""
     database = None
     if request.param != DRIVERS[0]:
-        if embedded_postgres is None:
+        if embedded_postgres is None or pg_role is None:
             pytest.skip("needs the embedded Postgres for a second database")
-        database = "drv_" + uuid.uuid4().hex[:10]
-        pg_url = embedded_postgres.create_database(database)
+        database, pg_url = create_owned_database(embedded_postgres, pg_role, prefix="drv_")
     url = sa.make_url(pg_url).set(drivername=f"postgresql+{request.param}")
     metadata = MetadataStore.connect(url.render_as_string(hide_password=False))
     metadata.upgrade()
