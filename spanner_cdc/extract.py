@@ -32,6 +32,14 @@ log = logging.getLogger(__name__)
 
 LEASE_ENV = "SPANNER_CDC_LEASE_S"
 DEFAULT_LEASE_S = 300.0
+# "lock" (default): a run's claims are also tied to its life (store.liveness), so a re-run takes a dead
+# run's tokens over at once; "lease": only the lease frees them (behind a pooler that does not keep
+# sessions, such as PgBouncer in transaction mode, a session lock says nothing about a run).
+LIVENESS_ENV = "SPANNER_CDC_LIVENESS"
+LIVENESS_MODES = ("lock", "lease")
+# How often a running extract checks that it still holds its liveness lock (it re-takes it after a
+# Postgres restart); the lease is renewed less often, every third of it.
+LIVENESS_CHECK_S = 2.0
 # "<point>[:<n>]": the n-th time the extract reaches <point>, it SIGKILLs its own process (crash tests).
 FAILPOINT_ENV = "SPANNER_CDC_FAILPOINT"
 FAILPOINTS = ("after_job", "after_publish", "after_commit")
@@ -69,6 +77,16 @@ def lease_duration() -> timedelta:
     return timedelta(seconds=max(1.0, seconds))
 
 
+def liveness_enabled() -> bool:
+    """Whether claims are tied to the life of the run (SPANNER_CDC_LIVENESS=lock, the default) or to the lease only."""
+    raw = os.environ.get(LIVENESS_ENV) or LIVENESS_MODES[0]
+    if raw not in LIVENESS_MODES:
+        from spanner_cdc.errors import ConfigError
+
+        raise ConfigError(LIVENESS_ENV, raw, " or ".join(LIVENESS_MODES))
+    return raw == "lock"
+
+
 @dataclass(frozen=True)
 class TokenResult:
     """What one token's extract landed; `records` counts lake rows (one per mod)."""
@@ -102,7 +120,7 @@ class ExtractJob:
 
 
 class LeaseKeeper:
-    """Renews the leases of running claims from one background thread until they are released."""
+    """Renews the leases of running claims, and checks the run's liveness lock, from one background thread."""
 
     def __init__(self, store: MetadataStore, lease: timedelta) -> None:
         self.store = store
@@ -130,7 +148,15 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         interval = self.lease.total_seconds() / 3
-        while not self._stop.wait(interval):
+        renewed = time.monotonic()
+        while not self._stop.wait(min(interval, LIVENESS_CHECK_S)):
+            try:
+                self.store.keep_alive()
+            except Exception as exc:  # the store is down: try again next round
+                log.warning("checking the run's liveness lock failed: %s", exc)
+            if time.monotonic() - renewed < interval:
+                continue
+            renewed = time.monotonic()
             with self._lock:
                 claims = list(self._claims.values())
             for claim in claims:

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError
-from spanner_cdc.extract import ExtractJob, TokenResult, extract_claims, lease_duration
+from spanner_cdc.extract import ExtractJob, TokenResult, extract_claims, lease_duration, liveness_enabled
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
 from spanner_cdc.lake.rows import READ_METHODS
 from spanner_cdc.lake.window import write_marker
 from spanner_cdc.planning import check_retention, effective_start, root_partitions
-from spanner_cdc.store.rules import inclusive_end
+from spanner_cdc.store.rules import inclusive_end, read_from
 
 if TYPE_CHECKING:
     from spanner_cdc.settings import Settings
@@ -42,6 +42,9 @@ __all__ = [
 ]
 
 LIVE_READ_METHOD, BACKFILL_READ_METHOD = READ_METHODS
+# How often a run whose remaining tokens are all held by another run looks again: a dead holder's
+# tokens come back at the next look (liveness), a live holder's when it lands them.
+HELD_POLL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -227,13 +230,15 @@ def extract_tokens(
     stream, method = _stream(settings), _read_method(read_method)
     if not tokens:
         return []
-    lease = lease_duration()
+    lease, liveness = lease_duration(), liveness_enabled()
     # Spark and the dialect first: a JVM start must not eat into the leases of claimed tokens
     dialect = detect_dialect(open_database(settings), settings.dialect)
     spark = spark_session(settings)
     with _store(settings) as store:
         lineage = store.get_lineage(stream, settings.namespace)
-        claims = store.claim(lineage.id, window_end=end, owner=owner or _owner(), lease=lease, tokens=list(tokens))
+        claims = store.claim(
+            lineage.id, window_end=end, owner=owner or _owner(), lease=lease, tokens=list(tokens), liveness=liveness
+        )
         skipped = sorted(set(tokens) - {c.token for c in claims})
         if skipped:
             log.info("%s: %d token(s) not claimable (done, or leased by another worker): %s", stream, len(skipped), ", ".join(t[:16] for t in skipped))
@@ -282,83 +287,102 @@ def close_window(settings: Settings, window_start: datetime, window_end: datetim
     """If every partition is done with the window: check transactions, write the marker, mark it complete."""
     started = time.monotonic()
     start, end = _window(window_start, window_end)
-    stream, layout = _stream(settings), layout_of(settings)
+    stream = _stream(settings)
     with _store(settings) as store:
         lineage = store.get_lineage(stream, settings.namespace)
-        status = store.window_status(lineage.id, start, end)
-        files = store.manifest(lineage.id, window_start=start, window_end=end)
-        summary = WindowSummary(
-            stream=stream,
-            namespace=settings.namespace,
-            window_start=start,
-            window_end=end,
-            complete=False,
-            tokens=status.partitions,
-            records=sum(f.rows for f in files),
-            files=len(files),
-            transaction_check={},
-            pending=sorted(token for tokens in status.pending.values() for token in tokens),
-            marker_path=None,
-            elapsed_s=0.0,
-        )
-        if not status.complete:
-            log.info("%s: window [%s, %s) not complete: %d token(s) pending", stream, start.isoformat(), end.isoformat(), len(summary.pending))
-            summary.elapsed_s = time.monotonic() - started
-            return summary
-        row = next((w for w in store.windows(lineage.id) if (w.start, w.end) == (start, end)), None) if status.closed else None
-        if row is not None and row.marker_path and Path(row.marker_path).exists():
-            # closed before (a re-run): nothing can land in it any more, so its check and marker stand
-            summary.complete, summary.marker_path = True, row.marker_path
-            summary.transaction_check = dict(row.transaction_check or {})
-            summary.elapsed_s = time.monotonic() - started
-            return summary
-        # A token that fell behind lands older commits with a later window's files: check the window's
-        # transactions in every file whose range overlaps it, whatever window extracted it.
-        overlapping = [
-            f.path for f in store.manifest(lineage.id) if f.range_start <= inclusive_end(end) and f.range_end >= start
-        ]
-        from spanner_cdc.spark.check import transaction_check
-        from spanner_cdc.spark.session import spark_session
+        # one closer at a time per window: a second run of the window waits here, then finds it closed
+        with store.window_lock(lineage.id, start, end):
+            summary = _close_locked(settings, store, lineage.id, start, end)
+    summary.elapsed_s = time.monotonic() - started
+    return summary
 
-        # counted by Spark where the files are: the driver's memory stays flat in the window's size
-        check = transaction_check(spark_session(settings), overlapping, window_start=start, window_end=end)
-        summary.transaction_check = check
-        if not check["ok"]:
-            raise ExtractError(
-                f"{stream}: window [{start.isoformat()}, {end.isoformat()}) failed the transaction check "
-                f"({check['mismatched']} of {check['transactions']} transactions with a record count other than "
-                f"number_of_records_in_transaction, {check['duplicate_rows']} duplicate rows; e.g. {check['examples'][:3]}); "
-                "the window is not marked complete"
-            )
-        marker = write_marker(layout, lineage_id=lineage.id, window_start=start, window_end=end, files=files, check=check)
-        store.close_window(
-            lineage.id, start, end, records=summary.records, files=summary.files, transaction_check=check, marker_path=str(marker)
-        )
-        summary.complete, summary.marker_path = True, str(marker)
-        summary.elapsed_s = time.monotonic() - started
-        log.info(
-            "%s: window [%s, %s) complete: %d rows in %d files, %d transactions checked",
-            stream, start.isoformat(), end.isoformat(), summary.records, summary.files, check["transactions"],
-        )  # fmt: skip
+
+def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, start: datetime, end: datetime) -> WindowSummary:
+    """close_window's body, under the window's lock: the check, the marker and the COMPLETE row."""
+    stream, layout = _stream(settings), layout_of(settings)
+    status = store.window_status(lineage_id, start, end)
+    files = store.manifest(lineage_id, window_start=start, window_end=end)
+    summary = WindowSummary(
+        stream=stream,
+        namespace=settings.namespace,
+        window_start=start,
+        window_end=end,
+        complete=False,
+        tokens=status.partitions,
+        records=sum(f.rows for f in files),
+        files=len(files),
+        transaction_check={},
+        pending=sorted(token for tokens in status.pending.values() for token in tokens),
+        marker_path=None,
+        elapsed_s=0.0,
+    )
+    if not status.complete:
+        log.info("%s: window [%s, %s) not complete: %d token(s) pending", stream, start.isoformat(), end.isoformat(), len(summary.pending))
         return summary
+    row = next((w for w in store.windows(lineage_id) if (w.start, w.end) == (start, end)), None) if status.closed else None
+    if row is not None and row.marker_path and Path(row.marker_path).exists():
+        # closed before (a re-run, or another run of the window that closed it first): nothing can land
+        # in it any more, so its check and marker stand
+        summary.complete, summary.marker_path = True, row.marker_path
+        summary.transaction_check = dict(row.transaction_check or {})
+        return summary
+    # A token that fell behind lands older commits with a later window's files: check the window's
+    # transactions in every file whose range overlaps it, whatever window extracted it.
+    overlapping = [
+        f.path for f in store.manifest(lineage_id) if f.range_start <= inclusive_end(end) and f.range_end >= start
+    ]
+    from spanner_cdc.spark.check import transaction_check
+    from spanner_cdc.spark.session import spark_session
+
+    # counted by Spark where the files are: the driver's memory stays flat in the window's size
+    check = transaction_check(spark_session(settings), overlapping, window_start=start, window_end=end)
+    summary.transaction_check = check
+    if not check["ok"]:
+        raise ExtractError(
+            f"{stream}: window [{start.isoformat()}, {end.isoformat()}) failed the transaction check "
+            f"({check['mismatched']} of {check['transactions']} transactions with a record count other than "
+            f"number_of_records_in_transaction, {check['duplicate_rows']} duplicate rows; e.g. {check['examples'][:3]}); "
+            "the window is not marked complete"
+        )
+    marker = write_marker(layout, lineage_id=lineage_id, window_start=start, window_end=end, files=files, check=check)
+    store.close_window(
+        lineage_id, start, end, records=summary.records, files=summary.files, transaction_check=check, marker_path=str(marker)
+    )
+    summary.complete, summary.marker_path = True, str(marker)
+    log.info(
+        "%s: window [%s, %s) complete: %d rows in %d files, %d transactions checked",
+        stream, start.isoformat(), end.isoformat(), summary.records, summary.files, check["transactions"],
+    )  # fmt: skip
+    return summary
 
 
-def _wait_for_leases(settings: Settings, end: datetime) -> bool:
-    """When nothing is ready but tokens are leased (a dead or slow worker), wait for the earliest lease to pass."""
+def _held_elsewhere(store: MetadataStore, lineage_id: int, end: datetime) -> list[str]:
+    """Tokens another run (or a planned task) holds that still have part of the window to read."""
+    last = inclusive_end(end)
+    return [
+        p.token
+        for p in store.partitions(lineage_id)
+        if p.state in ("RUNNING", "SCHEDULED") and read_from(p.watermark, p.start) <= last
+    ]
+
+
+def _wait_for_held_tokens(settings: Settings, end: datetime) -> list[TokenTask]:
+    """Nothing is ready, but tokens of the window are held elsewhere: look again every HELD_POLL_S until some
+    are READY (their run died or their lease passed, or their children were promoted), or none is held."""
+    interval = min(HELD_POLL_S, lease_duration().total_seconds() / 4)
     with _store(settings) as store:
         lineage = store.get_lineage(_stream(settings), settings.namespace)
-        leased = [
-            p.lease_expires_at
-            for p in store.partitions(lineage.id)
-            if p.state in ("RUNNING", "SCHEDULED") and p.lease_expires_at is not None and p.start <= inclusive_end(end)
-        ]
-    if not leased:
-        return False
-    delay = (min(leased) - datetime.now(UTC)).total_seconds()
-    if delay > 0:
-        log.info("%s: waiting %.0fs for a lease held by another worker to expire", settings.stream, delay)
-        time.sleep(min(delay + 0.5, lease_duration().total_seconds() + 1))
-    return True
+        announced: set[str] = set()
+        while True:
+            store.expire_leases(lineage.id)
+            ready = _tasks(store, lineage.id, end)
+            held = _held_elsewhere(store, lineage.id, end)
+            if ready or not held:
+                return ready
+            if not announced.issuperset(held):
+                log.info("%s: waiting for %d token(s) held by another run: %s", settings.stream, len(held), ", ".join(t[:16] for t in held))
+                announced.update(held)
+            time.sleep(interval)  # polling the store: the tokens are another process's to land or drop
 
 
 def run_window(
@@ -372,16 +396,17 @@ def run_window(
 ) -> WindowSummary:
     """Plan, then waves of ready tokens (children born in the window join later waves), then close."""
     started = time.monotonic()
+    lease_duration(), liveness_enabled()  # a bad setting stops the run before it changes anything
     plan = plan_window(settings, window_start, window_end, read_method=read_method)
     start, end = plan.window_start, plan.window_end
     tasks, waves, extracted, records = plan.ready, 0, 0, 0
     owner = _owner()
     while waves < max_waves:
         if not tasks:
-            if not _wait_for_leases(settings, end):
+            # waiting for another run spends no wave: only extracting does
+            tasks = _wait_for_held_tokens(settings, end)
+            if not tasks:
                 break
-            tasks = ready_tasks(settings, start, end)
-            waves += 1
             continue
         waves += 1
         base = records
@@ -395,6 +420,11 @@ def run_window(
         )
         extracted += len(results)
         records += sum(r.records for r in results)
+        if not results:
+            # another run claimed them first: not a wave of ours; wait for what it holds instead
+            waves -= 1
+            tasks = []
+            continue
         tasks = ready_tasks(settings, start, end)
     summary = close_window(settings, start, end)
     summary.waves, summary.extracted_tokens = waves, extracted

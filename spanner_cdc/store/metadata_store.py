@@ -5,6 +5,7 @@ from __future__ import annotations
 from spanner_cdc.store import migrations
 from spanner_cdc.store.database import Database
 from spanner_cdc.store.lineages import LineageQueries
+from spanner_cdc.store.liveness import Liveness
 from spanner_cdc.store.transitions import PartitionTransitions
 from spanner_cdc.store.windows import WindowQueries
 
@@ -14,6 +15,7 @@ class MetadataStore(LineageQueries, PartitionTransitions, WindowQueries):
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._liveness = Liveness(db)
 
     @classmethod
     def connect(cls, url: str) -> MetadataStore:
@@ -41,6 +43,8 @@ class MetadataStore(LineageQueries, PartitionTransitions, WindowQueries):
         return self._db.transaction(migrations.applied)
 
     def close(self) -> None:
+        """Release the owners' liveness locks (their unfinished claims become claimable) and the connections."""
+        self._liveness.close()
         self._db.dispose()
 
     def __enter__(self) -> MetadataStore:

@@ -4,19 +4,30 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from spanner_cdc.store.liveness import DEAD_KEYS
+
+# A held token is stale when its lease expired, or, when RUNNING, when the run holding it is dead (its
+# liveness lock is free, see liveness.DEAD_KEYS). SCHEDULED tokens were handed out by a planner that
+# exits right after: only their lease counts.
+STALE = (
+    "(lease_expires_at < clock_timestamp() "
+    "OR (state = 'RUNNING' AND liveness_key IN (SELECT liveness_key FROM dead)))"
+)
 # A claim takes tokens whose next read starts inside the window (rules.needs_read as a range scan on
-# cdc_partitions_claimable), least landed first, plus any whose lease expired. `stale` and `fresh`
-# pick disjoint states so no row is picked twice.
+# cdc_partitions_claimable), least landed first, plus any stale ones. `stale` and `fresh` pick
+# disjoint states so no row is picked twice. `dead` is MATERIALIZED so each key is probed once.
 CLAIM = """
-WITH stale AS (
-    SELECT token, attempts AS previous_attempt, state AS previous_state, read_from FROM cdc_partitions
+WITH dead AS MATERIALIZED ({dead_keys}), stale AS (
+    SELECT token, attempts AS previous_attempt, state AS previous_state, read_from,
+           lease_expires_at >= clock_timestamp() AS holder_died FROM cdc_partitions
     WHERE lineage_id = :lineage_id AND state IN ({stale_states}) AND read_from <= :last
-      AND lease_expires_at < clock_timestamp() {only_named}
+      AND {stale} {only_named}
     ORDER BY read_from, token
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ), fresh AS (
-    SELECT token, attempts AS previous_attempt, state AS previous_state, read_from FROM cdc_partitions
+    SELECT token, attempts AS previous_attempt, state AS previous_state, read_from, false AS holder_died
+    FROM cdc_partitions
     WHERE lineage_id = :lineage_id AND state IN ({fresh_states}) AND read_from <= :last {only_named}
     ORDER BY read_from, token
     LIMIT :limit
@@ -26,22 +37,29 @@ WITH stale AS (
 ), claimed AS (
     UPDATE cdc_partitions p
     SET state = 'RUNNING', running_at = clock_timestamp(), lease_owner = :owner,
-        lease_expires_at = clock_timestamp() + CAST(:lease AS interval), attempts = p.attempts + 1
+        lease_expires_at = clock_timestamp() + CAST(:lease AS interval), attempts = p.attempts + 1,
+        liveness_key = CAST(:liveness_key AS integer)
     FROM picked
     WHERE p.lineage_id = :lineage_id AND p.token = picked.token
     RETURNING p.token, p.partition_start, p.watermark, p.read_from, p.attempts, p.lease_expires_at,
-              picked.previous_attempt, picked.previous_state
+              picked.previous_attempt, picked.previous_state, picked.holder_died
 ), recorded AS (
     INSERT INTO cdc_attempts (lineage_id, token, attempt, owner, window_end, read_from, watermark_before)
     SELECT :lineage_id, token, attempts, :owner, CAST(:window_end AS timestamptz), read_from, watermark FROM claimed
 )
-SELECT token, partition_start, watermark, attempts, lease_expires_at, previous_attempt, previous_state
+SELECT token, partition_start, watermark, attempts, lease_expires_at, previous_attempt, previous_state, holder_died
 FROM claimed ORDER BY read_from, token
 """
-CLAIM_ANY = sa.text(CLAIM.format(stale_states="'SCHEDULED', 'RUNNING'", fresh_states="'READY'", only_named=""))
-# A task naming its tokens may take them from SCHEDULED too; then only expired RUNNING ones are stale.
+CLAIM_ANY = sa.text(
+    CLAIM.format(
+        dead_keys=DEAD_KEYS, stale=STALE, stale_states="'SCHEDULED', 'RUNNING'", fresh_states="'READY'", only_named=""
+    )
+)
+# A task naming its tokens may take them from SCHEDULED too; then only stale RUNNING ones are stale.
 CLAIM_NAMED = sa.text(
     CLAIM.format(
+        dead_keys=DEAD_KEYS,
+        stale=STALE,
         stale_states="'RUNNING'",
         fresh_states="'READY', 'SCHEDULED'",
         only_named="AND token = ANY(CAST(:named AS text[]))",
@@ -49,10 +67,11 @@ CLAIM_NAMED = sa.text(
 )
 # One primary-key update per reclaimed token; a join here gets planned as a scan of every attempt.
 EXPIRE_ATTEMPT = sa.text(
-    "UPDATE cdc_attempts SET outcome = 'EXPIRED', ended_at = clock_timestamp(), "
-    "error = 'lease expired; reclaimed by ' || :owner "
+    "UPDATE cdc_attempts SET outcome = 'EXPIRED', ended_at = clock_timestamp(), error = :error "
     "WHERE lineage_id = :lineage_id AND token = :token AND attempt = :attempt AND outcome = 'RUNNING'"
 )
+HOLDER_DIED = "its run died (liveness lock free)"
+LEASE_EXPIRED = "lease expired"
 SCHEDULE = sa.text(
     """
     WITH picked AS (
@@ -64,7 +83,7 @@ SCHEDULE = sa.text(
     )
     UPDATE cdc_partitions p
     SET state = 'SCHEDULED', scheduled_at = clock_timestamp(), lease_owner = :owner,
-        lease_expires_at = clock_timestamp() + :lease
+        lease_expires_at = clock_timestamp() + :lease, liveness_key = NULL
     FROM picked WHERE p.lineage_id = :lineage_id AND p.token = picked.token
     RETURNING p.token
     """
@@ -77,18 +96,20 @@ RENEW = sa.text(
     f"WHERE {OURS} RETURNING lease_expires_at",
 )
 EXPIRE = sa.text(
-    """
-    WITH stale AS (
-        SELECT token FROM cdc_partitions
-        WHERE lineage_id = :lineage_id AND state IN ('SCHEDULED', 'RUNNING') AND lease_expires_at < clock_timestamp()
+    f"""
+    WITH dead AS MATERIALIZED ({DEAD_KEYS}), stale AS (
+        SELECT token, lease_expires_at >= clock_timestamp() AS holder_died FROM cdc_partitions
+        WHERE lineage_id = :lineage_id AND state IN ('SCHEDULED', 'RUNNING') AND {STALE}
         FOR UPDATE SKIP LOCKED
     ), released AS (
         UPDATE cdc_partitions p
-        SET state = 'READY', ready_at = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL
+        SET state = 'READY', ready_at = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL,
+            liveness_key = NULL
         FROM stale WHERE p.lineage_id = :lineage_id AND p.token = stale.token
-        RETURNING p.token, p.attempts
+        RETURNING p.token, p.attempts, stale.holder_died
     ), closed AS (
-        UPDATE cdc_attempts a SET outcome = 'EXPIRED', ended_at = clock_timestamp(), error = 'lease expired'
+        UPDATE cdc_attempts a SET outcome = 'EXPIRED', ended_at = clock_timestamp(),
+            error = CASE WHEN r.holder_died THEN '{HOLDER_DIED}' ELSE '{LEASE_EXPIRED}' END
         FROM released r
         WHERE a.lineage_id = :lineage_id AND a.token = r.token AND a.attempt = r.attempts AND a.outcome = 'RUNNING'
     )
@@ -107,7 +128,7 @@ LAND = sa.text(
             ready_at = CASE WHEN :finished THEN ready_at ELSE clock_timestamp() END,
             finished_at = CASE WHEN :finished THEN clock_timestamp() ELSE finished_at END,
             partition_end = CASE WHEN :finished THEN CAST(:end AS timestamptz) ELSE partition_end END,
-            lease_owner = NULL, lease_expires_at = NULL, last_error = NULL
+            lease_owner = NULL, lease_expires_at = NULL, liveness_key = NULL, last_error = NULL
         WHERE {OURS}
         RETURNING watermark
     ), closed AS (
@@ -181,7 +202,7 @@ FAIL = sa.text(
     WITH released AS (
         UPDATE cdc_partitions
         SET state = 'READY', ready_at = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL,
-            last_error = :error
+            liveness_key = NULL, last_error = :error
         WHERE {OURS}
         RETURNING token
     ), closed AS (

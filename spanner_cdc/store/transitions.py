@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 from spanner_cdc.records import ChildPartitionsRecord
 from spanner_cdc.store import rules
+from spanner_cdc.store.liveness import Liveness
 from spanner_cdc.store.models import Claim, LeaseLost, ManifestFile
 from spanner_cdc.store.rows import StoreBase, utc, utc_required
 from spanner_cdc.store.transition_sql import (
@@ -20,9 +21,11 @@ from spanner_cdc.store.transition_sql import (
     EXPIRE,
     EXPIRE_ATTEMPT,
     FAIL,
+    HOLDER_DIED,
     INSERT_CHILDREN,
     INSERT_EDGES,
     LAND,
+    LEASE_EXPIRED,
     LEASE_HOLDER,
     LOCK_CREATED_CHILDREN,
     PROMOTE,
@@ -39,6 +42,8 @@ def _claim_key(claim: Claim) -> dict[str, object]:
 
 
 class PartitionTransitions(StoreBase):
+    _liveness: Liveness
+
     def claim(
         self,
         lineage_id: int,
@@ -48,8 +53,15 @@ class PartitionTransitions(StoreBase):
         lease: timedelta,
         limit: int | None = None,
         tokens: Sequence[str] | None = None,
+        liveness: bool = True,
     ) -> list[Claim]:
-        """Lease tokens that still have part of the window to read; never one token to two live workers."""
+        """Lease tokens that still have part of the window to read; never one token to two live workers.
+
+        With `liveness`, the claims are also tied to the life of this store's `owner`: they become
+        claimable at once when its process dies, or when the store closes while it still holds them.
+        Without, only the lease frees them (for a pooler that does not keep sessions, e.g. PgBouncer
+        in transaction mode, where a session lock means nothing).
+        """
         rules.require_utc(window_end, "window_end")
         if limit is not None and limit < 1:
             return []
@@ -63,12 +75,19 @@ class PartitionTransitions(StoreBase):
             "owner": owner,
             "lease": lease,
             "limit": limit,
+            # locked before the claim commits: a claim never names a key whose lock is free
+            "liveness_key": self._liveness.key(owner) if liveness else None,
         }
 
         def body(conn: Connection) -> Sequence[sa.Row[Any]]:
             rows = conn.execute(statement, params).all()
             reclaimed = [
-                {"lineage_id": lineage_id, "token": r.token, "attempt": r.previous_attempt, "owner": owner}
+                {
+                    "lineage_id": lineage_id,
+                    "token": r.token,
+                    "attempt": r.previous_attempt,
+                    "error": f"{HOLDER_DIED if r.holder_died else LEASE_EXPIRED}; reclaimed by {owner}",
+                }
                 for r in rows
                 if r.previous_state == rules.State.RUNNING
             ]
@@ -120,8 +139,16 @@ class PartitionTransitions(StoreBase):
         )
 
     def expire_leases(self, lineage_id: int) -> int:
-        """SCHEDULED / RUNNING tokens whose lease has passed go back to READY; returns how many."""
+        """SCHEDULED / RUNNING tokens whose lease has passed, and RUNNING ones of dead runs, go back to READY."""
         return int(self._db.transaction(lambda conn: conn.execute(EXPIRE, {"lineage_id": lineage_id}).scalar_one()))
+
+    def keep_alive(self) -> None:
+        """Re-take the liveness locks of this store's owners if their connection died (a Postgres restart)."""
+        self._liveness.keep_alive()
+
+    def release_owner(self, owner: str) -> None:
+        """Drop `owner`'s liveness lock: whatever it still holds becomes claimable at once."""
+        self._liveness.release(owner)
 
     def complete(
         self,
@@ -208,7 +235,7 @@ class PartitionTransitions(StoreBase):
         )
         return LeaseLost(
             f"cannot {action} token {claim.token}: attempt {claim.attempt} of {claim.owner} no longer holds it ({now}); "
-            "its lease expired and the token was reclaimed or released"
+            "its lease expired or its liveness lock was lost, and the token was reclaimed or released"
         )
 
 

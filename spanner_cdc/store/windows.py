@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import zlib
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +19,12 @@ from spanner_cdc.store.models import ManifestFile, WindowRow, WindowStatus
 from spanner_cdc.store.rows import MANIFEST_COLUMNS, WINDOW_COLUMNS, StoreBase, manifest_from, window_from
 
 log = logging.getLogger(__name__)
+
+# The first half of a window's two-int advisory lock key (the second is a hash of lineage and bounds);
+# any fixed int4, the same in every process. A hash collision only makes two closes take turns.
+WINDOW_LOCK_CLASS = 0x5C0C_0C10
+LOCK_WINDOW = sa.text(f"SELECT pg_advisory_lock({WINDOW_LOCK_CLASS}, CAST(:key AS integer))")
+UNLOCK_WINDOW = sa.text(f"SELECT pg_advisory_unlock({WINDOW_LOCK_CLASS}, CAST(:key AS integer))")
 
 ALIVE_IN_WINDOW = sa.text(
     "SELECT token, state, partition_start, watermark FROM cdc_partitions "
@@ -53,7 +61,38 @@ def _check_bounds(start: datetime, end: datetime) -> None:
         raise ValueError(f"window end {end.isoformat()} must be after its start {start.isoformat()}")
 
 
+def _window_key(lineage_id: int, start: datetime, end: datetime) -> int:
+    key = zlib.crc32(f"{lineage_id}|{start.isoformat()}|{end.isoformat()}".encode())
+    return key - (1 << 32) if key >= 1 << 31 else key  # as a signed int4
+
+
 class WindowQueries(StoreBase):
+    @contextmanager
+    def window_lock(self, lineage_id: int, start: datetime, end: datetime) -> Iterator[None]:
+        """Hold window [start, end)'s lock (waiting for it): one closer at a time checks, marks and closes it.
+
+        A session lock on a connection of its own, so a closer that dies (SIGKILL) releases it at once.
+        """
+        _check_bounds(start, end)
+        key = _window_key(lineage_id, start, end)
+        try:
+            conn = self._db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        except sa.exc.DBAPIError as exc:
+            raise self._db.translate(exc) from exc
+        try:
+            try:
+                conn.execute(LOCK_WINDOW, {"key": key})
+            except sa.exc.DBAPIError as exc:
+                raise self._db.translate(exc) from exc
+            yield
+            try:
+                conn.execute(UNLOCK_WINDOW, {"key": key})
+            except sa.exc.DBAPIError:
+                pass  # the session is gone, and its lock with it
+        finally:
+            conn.invalidate()  # never back to the pool holding the lock
+            conn.close()
+
     def window_status(self, lineage_id: int, start: datetime, end: datetime) -> WindowStatus:
         """Whether [start, end) is complete (rules.window_complete), with the pending tokens by state."""
         _check_bounds(start, end)

@@ -6,6 +6,7 @@ import argparse
 import io
 import json
 import os
+import threading
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -134,3 +135,34 @@ def test_failpoints_do_nothing_unless_asked(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(extract.FAILPOINT_ENV, "after_commit:3")
     extract.failpoint("after_publish")  # another point: no effect
     assert "after_publish" not in extract._failpoint_hits
+
+
+def test_liveness_mode_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(extract.LIVENESS_ENV, raising=False)
+    assert extract.liveness_enabled() is True
+    monkeypatch.setenv(extract.LIVENESS_ENV, "lease")
+    assert extract.liveness_enabled() is False
+    monkeypatch.setenv(extract.LIVENESS_ENV, "heartbeat")
+    with pytest.raises(ConfigError, match="invalid SPANNER_CDC_LIVENESS='heartbeat': expected lock or lease"):
+        extract.liveness_enabled()
+
+
+def test_lease_keeper_checks_the_liveness_lock_between_renewals(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Store:
+        def __init__(self) -> None:
+            self.checked = threading.Event()
+            self.renewed: list[object] = []
+
+        def keep_alive(self) -> None:
+            self.checked.set()
+
+        def renew(self, claim: object, lease: object) -> object:
+            self.renewed.append(claim)
+            return claim
+
+    monkeypatch.setattr(extract, "LIVENESS_CHECK_S", 0.01)
+    store = Store()
+    with extract.LeaseKeeper(store, timedelta(minutes=5)) as keeper:  # type: ignore[arg-type]
+        keeper.hold(Claim(1, "t", S, None, "me", 1, E))
+        assert store.checked.wait(timeout=30)
+    assert store.renewed == []  # a renewal is due only every third of the lease

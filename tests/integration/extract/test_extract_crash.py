@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from spanner_cdc.extract import FAILPOINT_ENV, LEASE_ENV
 from spanner_cdc.lake.layout import LakeLayout, published_files
@@ -27,15 +29,24 @@ from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
 SEED = 20240501
+RERUN_LIMIT_S = 150.0  # half the default lease
 
 
-def extract(settings: Any, start: datetime, end: datetime, *, kill_after: float | None = None, **env: str) -> int:
-    """Run `spanner-cdc extract` in a subprocess; SIGKILL it after `kill_after` seconds if still running."""
+def start_extract(settings: Any, start: datetime, end: datetime, *, lease: str | None = "2", **env: str) -> subprocess.Popen[str]:
+    """`spanner-cdc extract --json` of one window in a subprocess; `lease=None` keeps the default 300 s lease."""
     command = [sys.executable, "-m", "spanner_cdc", "extract", "--window-start", start.isoformat(),
                "--window-end", end.isoformat(), "--json"]  # fmt: skip
-    process = subprocess.Popen(
-        command, env=subprocess_env(settings, **{LEASE_ENV: "2"}, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    extra = {LEASE_ENV: lease} if lease is not None else {}
+    return subprocess.Popen(
+        command, env=subprocess_env(settings, **extra, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+def extract(
+    settings: Any, start: datetime, end: datetime, *, kill_after: float | None = None, lease: str | None = "2", **env: str
+) -> int:
+    """Run `spanner-cdc extract` in a subprocess; SIGKILL it after `kill_after` seconds if still running."""
+    process = start_extract(settings, start, end, lease=lease, **env)
     try:
         out, err = process.communicate(timeout=kill_after if kill_after is not None else 600)
     except subprocess.TimeoutExpired:
@@ -112,3 +123,60 @@ def test_killed_at_random_moments_then_rerun(
         assert extract(settings, *window) == 0, outcomes
     assert any(code == -signal.SIGKILL for _, code in outcomes), f"no run was killed (seed {SEED}): {outcomes}"
     assert_lake_exact(settings, store, work)
+
+
+def attempt_rows(store: MetadataStore, settings: Any) -> list[Any]:
+    lineage = store.get_lineage(STREAM, settings.namespace)
+    with store._db.engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.text("SELECT token, attempt, owner, outcome, error FROM cdc_attempts WHERE lineage_id = :l ORDER BY token, attempt"),
+                {"l": lineage.id},
+            )
+        )
+
+
+def test_rerun_takes_over_a_killed_runs_tokens_without_waiting_for_the_lease(
+    make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any, store: MetadataStore, spark_connect_server: Any
+) -> None:
+    database = make_spanner_database(DDL)
+    settings = extract_settings(database.database_id, STREAM, spark_master=spark_connect_server.url)
+    work, (w0, w1) = windows(database, local_spanner, 1)
+    # the default 300 s lease: the killed run's tokens stay RUNNING, leased for minutes
+    assert extract(settings, w0, w1, lease=None, **{FAILPOINT_ENV: "after_job:1"}) == -signal.SIGKILL
+    orphaned = [r for r in attempt_rows(store, settings) if r.outcome == "RUNNING"]
+    assert orphaned, "the kill should have left attempts RUNNING"
+    # well inside the lease: a re-run that waited for it would be killed here and fail
+    assert extract(settings, w0, w1, lease=None, kill_after=RERUN_LIMIT_S) == 0
+    history = {(r.token, r.attempt): r for r in attempt_rows(store, settings)}
+    for row in orphaned:
+        taken = history[(row.token, row.attempt)]
+        assert (taken.outcome, taken.error.split(";")[0]) == ("EXPIRED", "its run died (liveness lock free)"), taken
+        assert history[(row.token, row.attempt + 1)].outcome == "COMPLETED"
+    assert_lake_exact(settings, store, work)
+    lineage = store.get_lineage(STREAM, settings.namespace)
+    assert [w.state for w in store.windows(lineage.id)] == ["COMPLETE"]
+
+
+def test_two_runs_of_one_window_at_once_agree(
+    make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any, store: MetadataStore, spark_connect_server: Any
+) -> None:
+    database = make_spanner_database(DDL)
+    settings = extract_settings(database.database_id, STREAM, spark_master=spark_connect_server.url)
+    work, (w0, w1) = windows(database, local_spanner, 1)
+    runs = [start_extract(settings, w0, w1, lease=None) for _ in range(2)]
+    outputs = [run.communicate(timeout=600) for run in runs]
+    for run, (_, err) in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, err[-4000:]
+        assert "Traceback" not in err, err[-4000:]
+    first, second = (json.loads(out) for out, _ in outputs)
+    per_run = ("elapsed_s", "waves", "extracted_tokens")  # what each run did itself
+    assert {k: v for k, v in first.items() if k not in per_run} == {k: v for k, v in second.items() if k not in per_run}
+    assert first["complete"] and first["marker_path"] and Path(first["marker_path"]).exists()
+    assert first["extracted_tokens"] + second["extracted_tokens"] >= 1
+    # neither run took a token from the other: every attempt completed
+    assert {r.outcome for r in attempt_rows(store, settings)} == {"COMPLETED"}
+    assert_lake_exact(settings, store, work)
+    lineage = store.get_lineage(STREAM, settings.namespace)
+    [window] = store.windows(lineage.id)
+    assert (window.state, window.marker_path) == ("COMPLETE", first["marker_path"])

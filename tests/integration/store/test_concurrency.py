@@ -109,6 +109,11 @@ def test_workers_land_a_lineage_exactly_once(pg_url: str, tmp_path: Path) -> Non
     zombies = {(e["token"], e["attempt"]) for e in events if e["event"] == "claimed" and e["fault"] == "zombie"}
     lost = {(e["token"], e["attempt"]) for e in events if e["event"] == "lease_lost"}
     assert zombies and zombies <= lost, "a worker that stalled past its lease must not complete"
+    # a crashed worker's claims were taken over because it died, a live zombie's only once its lease ran out
+    reasons = {(h.token, h.attempt): h.error or "" for h in history}
+    crashed = {(e["token"], e["attempt"]) for e in events if e["event"] == "claimed" and e["fault"] == "crash"}
+    assert crashed and all(reasons[k].startswith("its run died") for k in crashed), {k: reasons[k] for k in crashed}
+    assert all(reasons[k].startswith("lease expired") for k in zombies), {k: reasons[k] for k in zombies}
 
     # every token known once, with the parents the history gave it
     assert set(rows) == set(topology)

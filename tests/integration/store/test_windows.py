@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from spanner_cdc.errors import NotFound, StoreError
 from spanner_cdc.records import ChildPartition, ChildPartitionsRecord
 from spanner_cdc.store import MetadataStore
+from spanner_cdc.store.windows import WINDOW_LOCK_CLASS
 
 pytestmark = pytest.mark.integration
 
@@ -106,3 +110,34 @@ def test_graph_reads_nodes_edges_and_windows(store: MetadataStore) -> None:
     assert graph.edges == (("a", "b"), ("a", "c"))
     assert graph.low_watermark == split - US
     assert graph.windows == ()
+
+
+def test_window_lock_lets_one_closer_in_at_a_time(store: MetadataStore) -> None:
+    lineage = store.ensure_lineage("locked", "live")
+    url = store._db.engine.url.render_as_string(hide_password=False)
+    entered = threading.Event()
+
+    def second_closer() -> None:
+        with MetadataStore.connect(url) as other, other.window_lock(lineage.id, T0, W1):
+            entered.set()
+
+    def waiting() -> int:
+        with store._db.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = :c AND NOT granted"),
+                    {"c": WINDOW_LOCK_CLASS},
+                ).scalar_one()
+            )
+
+    with store.window_lock(lineage.id, T0, W1):
+        with store.window_lock(lineage.id, W1, W2):
+            pass  # another window's lock is another lock
+        thread = threading.Thread(target=second_closer)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not waiting() and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling the other thread's lock request
+        assert waiting() == 1 and not entered.is_set()
+    thread.join(timeout=30)
+    assert entered.is_set() and waiting() == 0
