@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -20,12 +21,17 @@ NEXT_KEY = sa.text("SELECT nextval('cdc_liveness_keys')")
 TRY_LOCK = sa.text(f"SELECT pg_try_advisory_lock({LIVENESS_LOCK_CLASS}, CAST(:key AS integer))")
 UNLOCK = sa.text(f"SELECT pg_advisory_unlock({LIVENESS_LOCK_CLASS}, CAST(:key AS integer))")
 PING = sa.text("SELECT 1")
+# A claim trusts a connection checked this recently instead of a round trip per claim: if it died
+# since, the claim's tokens look dead until keep_alive re-takes the lock, and a takeover meanwhile
+# ends in LeaseLost for this run, never in a second commit.
+RECHECK_S = 1.0
 # A claimer's probe: true when nobody holds the key's session lock, i.e. the run that holds the claim
-# is gone (its backend ended with its connection). The probe's own lock ends with the claimer's transaction.
+# is gone (its backend ended with its connection). The probe's own lock ends with the claimer's
+# transaction. `{{not_own}}` spares a claimer probing its own key (held, so alive: a wasted probe).
 DEAD_KEYS = f"""
     SELECT k.liveness_key FROM (
         SELECT DISTINCT liveness_key FROM cdc_partitions
-        WHERE lineage_id = :lineage_id AND state = 'RUNNING' AND liveness_key IS NOT NULL
+        WHERE lineage_id = :lineage_id AND state = 'RUNNING' AND liveness_key IS NOT NULL {{not_own}}
     ) k
     WHERE pg_try_advisory_xact_lock({LIVENESS_LOCK_CLASS}, k.liveness_key)
 """
@@ -43,11 +49,12 @@ class Liveness:
         self._conn: Connection | None = None
         self._keys: dict[str, int] = {}
         self._mutex = threading.Lock()
+        self._checked_at = float("-inf")
 
     def key(self, owner: str) -> int:
         """`owner`'s key, its lock held on a live connection (taken at the owner's first claim)."""
         with self._mutex:
-            conn = self._connection()
+            conn = self._connection(recheck=time.monotonic() - self._checked_at > RECHECK_S)
             if owner not in self._keys:
                 self._keys[owner] = self._new_key(conn)
             return self._keys[owner]
@@ -76,10 +83,13 @@ class Liveness:
             self._keys.clear()
             self._drop()
 
-    def _connection(self) -> Connection:
+    def _connection(self, *, recheck: bool = True) -> Connection:
+        if self._conn is not None and not recheck:
+            return self._conn
         if self._conn is not None:
             try:
                 self._conn.execute(PING)
+                self._checked_at = time.monotonic()
                 return self._conn
             except sa.exc.DBAPIError as exc:
                 log.warning("liveness connection to the metadata store lost (%s): taking its locks again", type(exc.orig).__name__)
@@ -93,6 +103,7 @@ class Liveness:
         except sa.exc.DBAPIError as exc:
             self._drop()
             raise self._db.translate(exc) from exc
+        self._checked_at = time.monotonic()
         return self._conn
 
     def _new_key(self, conn: Connection) -> int:

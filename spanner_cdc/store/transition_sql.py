@@ -13,6 +13,7 @@ STALE = (
     "(lease_expires_at < clock_timestamp() "
     "OR (state = 'RUNNING' AND liveness_key IN (SELECT liveness_key FROM dead)))"
 )
+NOT_OWN = "AND liveness_key IS DISTINCT FROM CAST(:liveness_key AS integer)"
 # A claim takes tokens whose next read starts inside the window (rules.needs_read as a range scan on
 # cdc_partitions_claimable), least landed first, plus any stale ones. `stale` and `fresh` pick
 # disjoint states so no row is picked twice. `dead` is MATERIALIZED so each key is probed once.
@@ -52,13 +53,17 @@ FROM claimed ORDER BY read_from, token
 """
 CLAIM_ANY = sa.text(
     CLAIM.format(
-        dead_keys=DEAD_KEYS, stale=STALE, stale_states="'SCHEDULED', 'RUNNING'", fresh_states="'READY'", only_named=""
+        dead_keys=DEAD_KEYS.format(not_own=NOT_OWN),
+        stale=STALE,
+        stale_states="'SCHEDULED', 'RUNNING'",
+        fresh_states="'READY'",
+        only_named="",
     )
 )
 # A task naming its tokens may take them from SCHEDULED too; then only stale RUNNING ones are stale.
 CLAIM_NAMED = sa.text(
     CLAIM.format(
-        dead_keys=DEAD_KEYS,
+        dead_keys=DEAD_KEYS.format(not_own=NOT_OWN),
         stale=STALE,
         stale_states="'RUNNING'",
         fresh_states="'READY', 'SCHEDULED'",
@@ -97,7 +102,7 @@ RENEW = sa.text(
 )
 EXPIRE = sa.text(
     f"""
-    WITH dead AS MATERIALIZED ({DEAD_KEYS}), stale AS (
+    WITH dead AS MATERIALIZED ({DEAD_KEYS.format(not_own="")}), stale AS (
         SELECT token, lease_expires_at >= clock_timestamp() AS holder_died FROM cdc_partitions
         WHERE lineage_id = :lineage_id AND state IN ('SCHEDULED', 'RUNNING') AND {STALE}
         FOR UPDATE SKIP LOCKED
