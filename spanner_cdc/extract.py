@@ -65,7 +65,8 @@ def failpoint(point: str) -> None:
 def lease_duration() -> timedelta:
     """How long a claim holds a token without renewal (renewed every third of it while the job runs).
 
-    A dead worker's tokens become claimable after this long; `SPANNER_CDC_LEASE_S` shortens it for tests.
+    The fallback: a dead run's RUNNING tokens are claimable at once through its liveness lock; the lease
+    frees SCHEDULED tokens and, with SPANNER_CDC_LIVENESS=lease, every claim. `SPANNER_CDC_LEASE_S` shortens it.
     """
     raw = os.environ.get(LEASE_ENV)
     try:
