@@ -92,6 +92,7 @@ class Run:
     killed: bool = False
     in_flight: bool = False  # killed while it held a claimed token
     returncode: int | None = None
+    elapsed_s: float = 0.0
 
     @property
     def pid(self) -> int:
@@ -115,7 +116,12 @@ class Run:
             self.kill_group()
             self.returncode = self.process.wait()
             raise AssertionError(f"{self.label} did not finish within {timeout:.0f} s; see {self.stderr}") from None
+        self.elapsed_s = time.monotonic() - self.started
         return self.returncode
+
+    def __str__(self) -> str:
+        how = "killed" + (" (token in flight)" if self.in_flight else "") if self.killed else f"exit {self.returncode}"
+        return f"{self.label}: {how} after {self.elapsed_s:.1f} s"
 
     def err(self) -> str:
         return self.stderr.read_text(errors="replace")

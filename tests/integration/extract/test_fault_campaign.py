@@ -168,6 +168,8 @@ def _campaign(private_postgres: PrivatePostgres, history: History, connect: Any,
             outcome.restarted.append(run)
         fail_reads(history.server.host, reads=rng.randint(1, 3), after_rows=rng.randint(0, 40))
         _finish(extracts, window, f"w{number}-finish")
+    for run in extracts.runs:
+        print(f"  {run}")
     figures.injected_failures = int(history.server.control.status()["failures_injected"])
     figures.runs = len(extracts.runs)
     figures.elapsed_s = time.monotonic() - started
