@@ -21,6 +21,7 @@ from spanner_cdc.demo_truth import truth_identities
 from spanner_cdc.embedded_pg import EmbeddedPostgres, free_port
 from spanner_cdc.settings import Settings
 from spanner_cdc.store import MetadataStore
+from tests.fixtures.postgres import PrivatePostgres
 from tests.integration.extract.fault_campaign import (
     CHANGE_STREAM,
     INSTANCE,
@@ -30,7 +31,6 @@ from tests.integration.extract.fault_campaign import (
     past_history,
     secret_forms,
 )
-from tests.integration.extract.private_postgres import PrivatePostgres, remove, start_private_postgres
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -38,8 +38,6 @@ STREAM_NAME = "campaign"
 DAG_ID = f"spanner_cdc_hourly__{STREAM_NAME}"
 SEED = 20261124
 KILLED_TASK = "wave_1.extract"
-# Until runs take over a SIGKILLed run's tokens at once (engineer B), its leases must run out first.
-LEASE_OVERRIDE = {"SPANNER_CDC_LEASE_S": "2"}
 
 
 @dataclass
@@ -53,14 +51,6 @@ class Outcome:
     tries: dict[str, int]  # task id[map index] -> highest try number
     elapsed_s: float
 
-
-@pytest.fixture(scope="module")
-def private_postgres() -> Iterator[PrivatePostgres]:
-    server = start_private_postgres()
-    try:
-        yield server
-    finally:
-        remove(server)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +150,6 @@ def airflow_campaign(
         "SPANNER_CDC_METADATA_URL": private_postgres.url,
         "SPANNER_CDC_OUTPUT_ROOT": str(settings.output_root),
         "SPANNER_CDC_SPARK_MASTER": spark_connect_server.url,
-        **LEASE_OVERRIDE,
     }
     stop = threading.Event()
 

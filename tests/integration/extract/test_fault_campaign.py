@@ -17,6 +17,7 @@ from spanner_cdc.demo_summary import lake_identities, lake_uuids, published_file
 from spanner_cdc.demo_truth import truth_identities
 from spanner_cdc.settings import Settings, subprocess_env
 from spanner_cdc.store import MetadataStore
+from tests.fixtures.postgres import PrivatePostgres
 from tests.integration.extract.fault_campaign import (
     CHANGE_STREAM,
     INSTANCE,
@@ -33,15 +34,12 @@ from tests.integration.extract.fault_campaign import (
     traceback_in,
     wait_for_claim,
 )
-from tests.integration.extract.private_postgres import PrivatePostgres, remove, start_private_postgres
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 SEED_ENV = "SPANNER_CDC_CAMPAIGN_SEED"
 DEFAULT_SEED = 20261123
 KILLS_PER_WINDOW = 7
-# Until runs take over a SIGKILLed run's tokens at once (engineer B), its leases must run out first.
-LEASE_OVERRIDE = {"SPANNER_CDC_LEASE_S": "2"}
 
 
 @dataclass
@@ -82,14 +80,6 @@ class Outcome:
     def lake(self) -> Path:
         return self.settings.output_root / CHANGE_STREAM / "live"
 
-
-@pytest.fixture(scope="module")
-def private_postgres() -> Iterator[PrivatePostgres]:
-    server = start_private_postgres()
-    try:
-        yield server
-    finally:
-        remove(server)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +131,7 @@ def _campaign(private_postgres: PrivatePostgres, history: History, connect: Any,
     )  # fmt: skip
     logs = root / "runs"
     logs.mkdir()
-    extracts = Extracts(subprocess_env(settings, **LEASE_OVERRIDE), logs)
+    extracts = Extracts(subprocess_env(settings), logs)
     outcome = Outcome(figures, history, settings, extracts)
     url = private_postgres.url
     with MetadataStore.connect(url) as store:
@@ -173,7 +163,7 @@ def _campaign(private_postgres: PrivatePostgres, history: History, connect: Any,
     figures.injected_failures = int(history.server.control.status()["failures_injected"])
     figures.runs = len(extracts.runs)
     figures.elapsed_s = time.monotonic() - started
-    outcome.logs = [logs, history.server.log_path, connect.work_dir / "logs", private_postgres.data_dir / "server.log"]
+    outcome.logs = [logs, history.server.log_path, connect.work_dir / "logs", private_postgres.server.data_dir / "server.log"]
     return outcome
 
 
