@@ -43,6 +43,19 @@ def _index_rows(rows: Rows, index: TableDef, null_filtered: bool) -> Rows:
     return out
 
 
+def _index_key_set(key_set: Any, index_columns: int) -> Any:
+    """Keys of an index read name the index columns only, and match every row with those values: prefix ranges."""
+    out = type(key_set)()
+    out.CopyFrom(key_set)
+    del out.keys[:]
+    for key in key_set.keys:
+        if len(key.values) <= index_columns:
+            out.ranges.add(start_closed=key, end_closed=key)
+        else:
+            out.keys.add().CopyFrom(key)
+    return out
+
+
 def read_rows(view: ReadView, table_name: str, columns: list[str], key_set: Any, limit: int, index_name: str = "") -> tuple[Columns, list[list[Any]]]:
     """The Read RPC: `columns` of the rows a KeySet names (index keys when reading through an index), in key order."""
     database = view.database
@@ -61,6 +74,10 @@ def read_rows(view: ReadView, table_name: str, columns: list[str], key_set: Any,
     rows = view.rows(table.name)
     if index_name:
         rows = _index_rows(rows, source, null_filtered)
+    if index_name:
+        index = database.schema.index(index_name)
+        assert index is not None
+        key_set = _index_key_set(key_set, len(index.key))
     keys = matching_keys(source, database.postgres, rows, key_set)
     if key_set.all_ or key_set.ranges or index_name:
         view.scan(table.name)

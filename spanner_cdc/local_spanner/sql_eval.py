@@ -187,18 +187,11 @@ def evaluate(node: exp.Expression, row: Mapping[str, Any], scope: Scope) -> Type
     if isinstance(node, exp.Not):
         value = truth(node.this, row, scope)
         return _BOOL, None if value is None else not value
-    if isinstance(node, exp.Is):
-        return _BOOL, _is(node, row, scope)
-    if isinstance(node, exp.In):
-        return _BOOL, _in(node, row, scope)
-    if isinstance(node, exp.Between):
-        target = evaluate(node.this, row, scope)
-        low = _compare(exp.GTE(), target, evaluate(node.args["low"], row, scope))
-        high = _compare(exp.LTE(), target, evaluate(node.args["high"], row, scope))
-        return _BOOL, _and([low, high])
-    if isinstance(node, exp.Like):
-        (_, value), (_, pattern) = evaluate(node.this, row, scope), evaluate(node.expression, row, scope)
-        return _BOOL, None if value is None or pattern is None else _like(value, pattern)
+    if isinstance(node, (exp.Is, exp.In, exp.Between, exp.Like)):
+        result = _predicate(node, row, scope)
+        if node.args.get("negate") and result is not None:  # PostgreSQL's reading of IS NOT / NOT IN / NOT LIKE
+            result = not result
+        return _BOOL, result
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
         return _arithmetic(node, row, scope)
     if isinstance(node, exp.DPipe):
@@ -207,6 +200,20 @@ def evaluate(node: exp.Expression, row: Mapping[str, Any], scope: Scope) -> Type
     if is_pending_commit_timestamp(node):
         return _TIMESTAMP, COMMIT_TIMESTAMP_PLACEHOLDER
     raise unsupported(f"The expression {node.sql()!r} ({type(node).__name__})")
+
+
+def _predicate(node: exp.Expression, row: Mapping[str, Any], scope: Scope) -> bool | None:
+    if isinstance(node, exp.Is):
+        return _is(node, row, scope)
+    if isinstance(node, exp.In):
+        return _in(node, row, scope)
+    if isinstance(node, exp.Between):
+        target = evaluate(node.this, row, scope)
+        low = _compare(exp.GTE(), target, evaluate(node.args["low"], row, scope))
+        high = _compare(exp.LTE(), target, evaluate(node.args["high"], row, scope))
+        return _and([low, high])
+    (_, value), (_, pattern) = evaluate(node.this, row, scope), evaluate(node.expression, row, scope)
+    return None if value is None or pattern is None else _like(value, pattern)
 
 
 def is_pending_commit_timestamp(node: exp.Expression) -> bool:
