@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from spanner_cdc.local_spanner.catalog import Database
 from spanner_cdc.local_spanner.model import QueryError
 from spanner_cdc.local_spanner.schema import DEFAULT_RETENTION_TEXT
-from spanner_cdc.local_spanner.sql import Arg
+from spanner_cdc.local_spanner.sql import Arg, ChangeStreamQuery
+from spanner_cdc.local_spanner.values import parse_timestamp
 
 Columns = list[tuple[str, dict[str, Any]]]
 _STRING, _BOOL, _INT64 = {"code": "STRING"}, {"code": "BOOL"}, {"code": "INT64"}
@@ -81,3 +83,30 @@ def view_rows(database: Database, view: str) -> list[dict[str, Any]]:
                 rows.append({**base, "TABLE_NAME": table.name, "COLUMN_NAME": column.name, "ORDINAL_POSITION": str(position),
                              "IS_NULLABLE": "NO" if column.not_null else "YES", "SPANNER_TYPE": column.sql_type})
     return rows
+
+
+def stream_arguments(plan: ChangeStreamQuery, params: dict[str, Any], function: str) -> tuple[datetime, datetime | None, str | None, int]:
+    values = {name: argument(arg, params) for name, arg in plan.args.items()}
+    for required in ("start_timestamp", "heartbeat_milliseconds"):
+        if values.get(required) is None:
+            raise QueryError("INVALID_ARGUMENT", f"{function}: {required} must not be NULL")
+    if values.get("read_options") is not None:
+        raise QueryError("INVALID_ARGUMENT", f"{function}: read_options must be NULL")
+
+    def timestamp(name: str) -> datetime | None:
+        value = values.get(name)
+        if value is None:
+            return None
+        try:
+            return parse_timestamp(str(value))
+        except ValueError as exc:
+            raise QueryError("INVALID_ARGUMENT", f"{function}: {name}: {exc}") from None
+
+    start = timestamp("start_timestamp")
+    assert start is not None
+    try:
+        heartbeat = int(values["heartbeat_milliseconds"])
+    except (TypeError, ValueError):
+        raise QueryError("INVALID_ARGUMENT", f"{function}: heartbeat_milliseconds must be an INT64, got {values['heartbeat_milliseconds']!r}") from None
+    token = values.get("partition_token")
+    return start, timestamp("end_timestamp"), None if token is None else str(token), heartbeat

@@ -7,14 +7,12 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import grpc
 from google.cloud.spanner_v1.types import (
     BatchCreateSessionsRequest,
-    BatchCreateSessionsResponse,
     BeginTransactionRequest,
     CommitRequest,
     CommitResponse,
@@ -25,12 +23,10 @@ from google.cloud.spanner_v1.types import (
     ExecuteSqlRequest,
     GetSessionRequest,
     ListSessionsRequest,
-    ListSessionsResponse,
     PartitionQueryRequest,
     PartitionReadRequest,
     ReadRequest,
     RollbackRequest,
-    Session,
 )
 from google.cloud.spanner_v1.types import Transaction as TransactionPb
 from google.protobuf import empty_pb2, timestamp_pb2
@@ -40,10 +36,11 @@ from spanner_cdc.local_spanner.catalog import Catalog, Database
 from spanner_cdc.local_spanner.dml import run_dml
 from spanner_cdc.local_spanner.model import QueryError
 from spanner_cdc.local_spanner.mutations import MutationSet
-from spanner_cdc.local_spanner.queries import argument
+from spanner_cdc.local_spanner.queries import stream_arguments
 from spanner_cdc.local_spanner.query_partitions import Partitions
 from spanner_cdc.local_spanner.query_run import read_rows, run_select
 from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, pg_metadata
+from spanner_cdc.local_spanner.sessions import Sessions
 from spanner_cdc.local_spanner.sql_statements import Dml, Select
 from spanner_cdc.local_spanner.statement_results import BatchStatement, Result, Selector, typed_params
 from spanner_cdc.local_spanner.streaming import ChangeStreamSender, FaultInjector, InjectedFailure, Position
@@ -55,7 +52,7 @@ from spanner_cdc.local_spanner.transactions import (
     Transaction,
     read_timestamp,
 )
-from spanner_cdc.local_spanner.values import parse_timestamp, pb_to_python
+from spanner_cdc.local_spanner.values import pb_to_python
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +73,6 @@ def abort(context: grpc.ServicerContext, error: Exception) -> None:
     context.abort(grpc.StatusCode.INTERNAL, f"local Spanner server bug: {type(error).__name__}: {error}")
 
 
-@dataclass
-class _Session:
-    name: str
-    database: str
-    multiplexed: bool
-    create_time: datetime
-    labels: dict[str, str]
-    creator_role: str
-
-
 class SpannerService:
     """Handlers of the Spanner API; every handler returns serialized bytes (the hot path writes them directly)."""
 
@@ -94,73 +81,12 @@ class SpannerService:
         self.engine = engine
         self.faults = faults
         self._lock = threading.Lock()
-        self._sessions: dict[str, _Session] = {}
+        self.sessions = Sessions(catalog)
+        self._session = self.sessions.session
         self._transactions: OrderedDict[bytes, Transaction] = OrderedDict()
         self.partitions = Partitions()
         self._plans: OrderedDict[tuple[str, bool], sql.Plan] = OrderedDict()
         self.active_reads = 0
-
-    # -- sessions -------------------------------------------------------------------------------
-
-    def _new_session(self, database: str, template: Any) -> bytes:
-        self.catalog.database(database)
-        name = f"{database}/sessions/{secrets.token_hex(12)}"
-        session = _Session(name, database, template.multiplexed, self.catalog.now(), dict(template.labels), template.creator_role)
-        with self._lock:
-            self._sessions[name] = session
-        return Session.pb().SerializeToString(self._session_pb(session))
-
-    @staticmethod
-    def _session_pb(session: _Session) -> Any:
-        message = Session.pb()(name=session.name, multiplexed=session.multiplexed, creator_role=session.creator_role)
-        message.labels.update(session.labels)
-        message.create_time.CopyFrom(pb_timestamp(session.create_time))
-        message.approximate_last_use_time.CopyFrom(pb_timestamp(session.create_time))
-        return message
-
-    def _session(self, name: str) -> _Session:
-        """The session named; one unknown to this process (e.g. after a restart) is adopted if its database exists."""
-        with self._lock:
-            found = self._sessions.get(name)
-        if found is not None:
-            return found
-        database, sep, _ = name.partition("/sessions/")
-        if not sep:
-            raise QueryError("INVALID_ARGUMENT", f"Invalid session name: {name}")
-        try:
-            self.catalog.database(database)
-        except QueryError:
-            raise QueryError("NOT_FOUND", f"Session not found: {name}") from None
-        session = _Session(name, database, False, self.catalog.now(), {}, "")
-        with self._lock:
-            self._sessions[name] = session
-        return session
-
-    def create_session(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        return self._new_session(request.database, request.session)
-
-    def batch_create_sessions(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        response = BatchCreateSessionsResponse.pb()()
-        for _ in range(max(1, request.session_count)):
-            response.session.add().MergeFromString(self._new_session(request.database, request.session_template))
-        return response.SerializeToString()
-
-    def get_session(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        with self._lock:
-            session = self._sessions.get(request.name)
-        if session is None:
-            raise QueryError("NOT_FOUND", f"Session not found: {request.name}")
-        return self._session_pb(session).SerializeToString()
-
-    def list_sessions(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        with self._lock:
-            sessions = [s for s in self._sessions.values() if s.database == request.database]
-        return ListSessionsResponse.pb()(sessions=[self._session_pb(s) for s in sessions]).SerializeToString()
-
-    def delete_session(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        with self._lock:
-            self._sessions.pop(request.name, None)
-        return empty_pb2.Empty().SerializeToString()
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -385,7 +311,7 @@ class SpannerService:
         function = f"spanner.read_json_{plan.stream}" if database.postgres else f"READ_{plan.stream}"
         if stream is None:
             raise QueryError("INVALID_ARGUMENT", f"Table-valued function not found: {function} (no change stream {plan.stream} in {database.name})")
-        start, end, token, heartbeat = _stream_arguments(plan, params, function)
+        start, end, token, heartbeat = stream_arguments(plan, params, function)
         resume = Position.parse(resume_token) if resume_token else None
         if resume is not None and resume.ts_us > 0 and resume.timestamp > start:
             start = resume.timestamp
@@ -429,33 +355,6 @@ def _stream_rows(result: Result, resume_token: bytes) -> Iterator[bytes]:
     yield last + result.stats(partial=True)
 
 
-def _stream_arguments(plan: sql.ChangeStreamQuery, params: dict[str, Any], function: str) -> tuple[datetime, datetime | None, str | None, int]:
-    values = {name: argument(arg, params) for name, arg in plan.args.items()}
-    for required in ("start_timestamp", "heartbeat_milliseconds"):
-        if values.get(required) is None:
-            raise QueryError("INVALID_ARGUMENT", f"{function}: {required} must not be NULL")
-    if values.get("read_options") is not None:
-        raise QueryError("INVALID_ARGUMENT", f"{function}: read_options must be NULL")
-
-    def timestamp(name: str) -> datetime | None:
-        value = values.get(name)
-        if value is None:
-            return None
-        try:
-            return parse_timestamp(str(value))
-        except ValueError as exc:
-            raise QueryError("INVALID_ARGUMENT", f"{function}: {name}: {exc}") from None
-
-    start = timestamp("start_timestamp")
-    assert start is not None
-    try:
-        heartbeat = int(values["heartbeat_milliseconds"])
-    except (TypeError, ValueError):
-        raise QueryError("INVALID_ARGUMENT", f"{function}: heartbeat_milliseconds must be an INT64, got {values['heartbeat_milliseconds']!r}") from None
-    token = values.get("partition_token")
-    return start, timestamp("end_timestamp"), None if token is None else str(token), heartbeat
-
-
 def _is_abort(exc: Exception) -> bool:
     # context.abort() raises a plain Exception carrying the status; let it through untouched
     return type(exc) is Exception and not isinstance(exc, QueryError)
@@ -488,11 +387,11 @@ def handlers(service: SpannerService) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
         SERVICE,
         {
-            "CreateSession": unary(service.create_session, CreateSessionRequest),
-            "BatchCreateSessions": unary(service.batch_create_sessions, BatchCreateSessionsRequest),
-            "GetSession": unary(service.get_session, GetSessionRequest),
-            "ListSessions": unary(service.list_sessions, ListSessionsRequest),
-            "DeleteSession": unary(service.delete_session, DeleteSessionRequest),
+            "CreateSession": unary(service.sessions.create_session, CreateSessionRequest),
+            "BatchCreateSessions": unary(service.sessions.batch_create_sessions, BatchCreateSessionsRequest),
+            "GetSession": unary(service.sessions.get_session, GetSessionRequest),
+            "ListSessions": unary(service.sessions.list_sessions, ListSessionsRequest),
+            "DeleteSession": unary(service.sessions.delete_session, DeleteSessionRequest),
             "BeginTransaction": unary(service.begin_transaction, BeginTransactionRequest),
             "Commit": unary(service.commit, CommitRequest),
             "Rollback": unary(service.rollback, RollbackRequest),

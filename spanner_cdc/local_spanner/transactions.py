@@ -72,7 +72,7 @@ def read_timestamp(read_only: Any, database: Database, now: datetime, last_commi
         raise QueryError(
             "FAILED_PRECONDITION",
             f"Read timestamp {format_timestamp(timestamp)} is too old: versions of database {database.name} are kept for its "
-            f"version_retention_period ({_show(database.version_retention)}); the earliest readable timestamp is {format_timestamp(earliest)}",
+            f"version_retention_period ({duration_text(database.version_retention)}); the earliest readable timestamp is {format_timestamp(earliest)}",
         )
     return timestamp
 
@@ -85,7 +85,8 @@ def _timedelta(value: Any) -> timedelta:
     return timedelta(seconds=value.seconds, microseconds=value.nanos // 1000)
 
 
-def _show(period: timedelta) -> str:
+def duration_text(period: timedelta) -> str:
+    """A period as Spanner writes it: 7d, 36h, 90m or 3600s."""
     seconds = int(period.total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds % size == 0:

@@ -116,5 +116,9 @@ def test_version_retention_period_is_set_by_ddl_and_history_survives_a_restart(f
 
     fast_durable_server.restart()
     again = spanner.Client(project="p").instance("i").database("keep")
+    again.reload()
+    assert again.version_retention_period == "7d" and again.earliest_version_time <= kept_steps[0][0]
+    default.reload()
+    assert default.version_retention_period == "1h" and default.earliest_version_time > default_steps[0][0]
     for committed, state in kept_steps:
         assert read_both_ways(again, dialect == POSTGRESQL, read_timestamp=committed) == (state, state)
