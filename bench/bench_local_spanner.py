@@ -1,4 +1,5 @@
-"""Benchmark: data change records/s one local Spanner server serves to one reader and to four concurrent readers."""
+"""Benchmark: data change records/s one local Spanner server serves to one reader and to four concurrent readers,
+and its write rate and table read rate (rows/s of a strong Read of every row, and of one at a past timestamp)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,18 @@ def _write(database: Any, dialect: str, records: int) -> tuple[datetime, datetim
     return first, batch.committed
 
 
+def table_read(database: Any, dialect: str, past: datetime | None) -> tuple[int, float]:
+    """(rows, seconds) of one Read of every row, strong or at `past`, undecoded (what the server serves)."""
+    from google.cloud import spanner
+
+    table, columns = _columns(dialect)
+    bound = {} if past is None else {"read_timestamp": past}
+    began = time.perf_counter()
+    with database.snapshot(**bound) as snapshot:
+        rows = sum(1 for _ in snapshot.read(table, columns, spanner.KeySet(all_=True), lazy_decode=True))
+    return rows, time.perf_counter() - began
+
+
 def _params(dialect: str, token: str | None, start: datetime, end: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
     from google.cloud.spanner_v1 import param_types
 
@@ -106,7 +119,7 @@ def concurrent(host: str, database_id: str, dialect: str, token: str, start: dat
     return sum(o[0] for o in outcomes), max(o[2] for o in outcomes) - min(o[1] for o in outcomes)
 
 
-def bench_dialect(server: Any, dialect: str, records: int, rounds: int, readers: int) -> dict[str, Any]:
+def bench_dialect(server: Any, dialect: str, records: int, rounds: int, readers: int, past_reads: bool = True) -> dict[str, Any]:
     from spanner_cdc.local_spanner.launcher import create_database
 
     database_id = f"b{uuid.uuid4().hex[:12]}"
@@ -117,8 +130,13 @@ def bench_dialect(server: Any, dialect: str, records: int, rounds: int, readers:
     start -= timedelta(microseconds=1)
     (roots,) = list(_root(database, dialect, start))
     expected = drain(database, dialect, roots, start, end, lazy=True)
-    rates: dict[str, list[float]] = {"decoded": [], "lazy": [], f"{readers}x decoded": [], f"{readers}x lazy": []}
+    rates: dict[str, list[float]] = {"decoded": [], "lazy": [], f"{readers}x decoded": [], f"{readers}x lazy": [], "table": [], "past": []}
     for _ in range(rounds):  # interleaved, so background load hits every scenario alike
+        rows, seconds = table_read(database, dialect, None)
+        rates["table"].append(rows / seconds)
+        if past_reads:  # a server without versions would answer with today's rows: only measured where it is right
+            rows, seconds = table_read(database, dialect, start + (end - start) / 2)
+            rates["past"].append(rows / seconds)
         for lazy in (False, True):
             began = time.perf_counter()
             count = drain(database, dialect, roots, start, end, lazy)
@@ -127,7 +145,7 @@ def bench_dialect(server: Any, dialect: str, records: int, rounds: int, readers:
             count, seconds = concurrent(server.host, database_id, dialect, roots, start, end, lazy, readers)
             assert count == expected * readers, (count, expected)
             rates[f"{readers}x {'lazy' if lazy else 'decoded'}"].append(count / seconds)
-    return {"dialect": dialect, "records": expected, "write": write_rate, **{k: statistics.median(v) for k, v in rates.items()}}
+    return {"dialect": dialect, "records": expected, "write": write_rate, **{k: statistics.median(v) if v else 0.0 for k, v in rates.items()}}
 
 
 def _root(database: Any, dialect: str, start: datetime) -> list[str]:
@@ -147,22 +165,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (default 3)")
     parser.add_argument("--readers", type=int, default=4, help="processes in the concurrent scenario (default 4)")
     parser.add_argument("--dialect", choices=("GOOGLE_STANDARD_SQL", "POSTGRESQL", "both"), default="both")
+    parser.add_argument("--no-past-reads", action="store_true", help="skip the read at a past timestamp (for a server without row versions)")
     args = parser.parse_args(argv)
     from spanner_cdc.local_spanner.launcher import LocalSpanner
 
     dialects = ["GOOGLE_STANDARD_SQL", "POSTGRESQL"] if args.dialect == "both" else [args.dialect]
     with tempfile.TemporaryDirectory(prefix="bench-local-spanner-") as tmp:
         with LocalSpanner(extra_args=SERVER_ARGS, log_path=Path(tmp) / "server.log") as server:
-            results = [bench_dialect(server, d, args.records, args.rounds, args.readers) for d in dialects]
+            results = [bench_dialect(server, d, args.records, args.rounds, args.readers, not args.no_past_reads) for d in dialects]
     n = args.readers
     print(f"{COMMAND}: data change records/s served by one local server process, one partition, {os.cpu_count()} CPUs")
     print("  lazy = the bare client iterating rows without decoding them (lazy_decode=True): what the server serves;")
     print("  decoded = the bare client's default row decoding, which costs the client far more CPU than the server spends")
-    header = f"{'dialect':<20} {'records':>8} {'1 lazy':>9} {'1 decoded':>10} {f'{n}x lazy':>9} {f'{n}x decoded':>11} {'1 lazy/target':>14} {f'{n}x/1 lazy':>11} {'writes rec/s':>13}"
+    print("  writes rec/s = rows written per second by database.batch() commits; table rows/s = one strong Read of every")
+    print("  row (undecoded); past rows/s = the same Read at a timestamp halfway through the writes (row versions)")
+    header = (f"{'dialect':<20} {'records':>8} {'1 lazy':>9} {'1 decoded':>10} {f'{n}x lazy':>9} {f'{n}x decoded':>11} {'1 lazy/target':>14} "
+              f"{f'{n}x/1 lazy':>11} {'writes rec/s':>13} {'table rows/s':>13} {'past rows/s':>12}")
     print(header)
     for r in results:
         print(f"{r['dialect']:<20} {r['records']:>8} {r['lazy']:>9.0f} {r['decoded']:>10.0f} {r[f'{n}x lazy']:>9.0f} "
-              f"{r[f'{n}x decoded']:>11.0f} {r['lazy'] / TARGET:>13.0%} {r[f'{n}x lazy'] / r['lazy']:>11.2f} {r['write']:>13.0f}")
+              f"{r[f'{n}x decoded']:>11.0f} {r['lazy'] / TARGET:>13.0%} {r[f'{n}x lazy'] / r['lazy']:>11.2f} {r['write']:>13.0f} "
+              f"{r['table']:>13.0f} {r['past']:>12.0f}")
     worst = min(r["lazy"] for r in results)
     print(f"medians over {args.rounds} interleaved rounds; {n}x = aggregate of {n} reader processes draining at once; "
           f"target >= {TARGET}/s to one reader: {'meets' if worst >= TARGET else 'MISSES'} (worst {worst:.0f}/s)")

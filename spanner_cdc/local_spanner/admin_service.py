@@ -17,6 +17,7 @@ from google.protobuf import any_pb2, empty_pb2, message
 from spanner_cdc.local_spanner.catalog import Catalog, Database, DdlOperation, Instance
 from spanner_cdc.local_spanner.model import QueryError
 from spanner_cdc.local_spanner.spanner_service import abort, pb_timestamp
+from spanner_cdc.local_spanner.transactions import duration_text
 
 _READY = 2  # State.READY of instances and databases
 _CREATE_DATABASE = re.compile(r"^\s*CREATE\s+DATABASE\s+(`[^`]+`|\"[^\"]+\"|[A-Za-z_][\w-]*)\s*;?\s*$", re.IGNORECASE)
@@ -99,10 +100,11 @@ class AdminService:
 
     def _database_pb(self, database: Database) -> Any:
         message_ = db_types.Database.pb()(
-            name=database.name, state=_READY, version_retention_period="1h", database_dialect=database.dialect,
+            name=database.name, state=_READY, version_retention_period=duration_text(database.version_retention),
+            database_dialect=database.dialect,
         )
         message_.create_time.CopyFrom(pb_timestamp(database.create_time))
-        message_.earliest_version_time.CopyFrom(pb_timestamp(database.create_time))
+        message_.earliest_version_time.CopyFrom(pb_timestamp(database.earliest_version_time(self.catalog.now())))
         return message_
 
     def create_database(self, request: Any, context: grpc.ServicerContext) -> bytes:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from spanner_cdc.local_spanner import ddl
@@ -18,6 +18,7 @@ from spanner_cdc.local_spanner.mutations import MutationSet
 from spanner_cdc.local_spanner.persistence import Journal
 from spanner_cdc.local_spanner.schema import Effect, Schema
 from spanner_cdc.local_spanner.values import format_timestamp, parse_timestamp
+from spanner_cdc.local_spanner.versions import DEFAULT_VERSION_RETENTION, Versions
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,26 @@ class Database:
     dialect: int
     create_time: datetime
     schema: Schema
-    data: dict[str, Rows] = field(default_factory=dict)
+    data: dict[str, Rows] = field(default_factory=dict)  # the current rows: the newest of `versions`
     operations: list[DdlOperation] = field(default_factory=list)
+    versions: Versions = field(default_factory=Versions)
+
+    @property
+    def version_retention(self) -> timedelta:
+        return self.schema.version_retention or DEFAULT_VERSION_RETENTION
+
+    def earliest_version_time(self, now: datetime) -> datetime:
+        """The oldest timestamp a read can use: older versions are gone after version_retention_period."""
+        return max(self.create_time, now - self.version_retention)
+
+    def rows_at(self, table: str, timestamp: datetime | None) -> Rows:
+        """A table's rows at `timestamp`; None: the current rows."""
+        if timestamp is None:
+            return self.data.get(table, {})
+        last = self.versions.last_commit(table)
+        if last is None or last <= timestamp:
+            return self.data.get(table, {})
+        return self.versions.rows_at(table, timestamp)
 
     @property
     def postgres(self) -> bool:
@@ -96,6 +115,8 @@ class Catalog:
     def attach(self, clock: ServerClock, engine: Engine) -> None:
         self.clock = clock
         self.engine = engine
+        for database in self.databases.values():  # replayed history older than the retention is gone
+            database.versions.sweep(database.earliest_version_time(clock.now()))
 
     def _record(self, entry: dict[str, Any]) -> None:
         if self.journal is not None:
@@ -121,10 +142,11 @@ class Catalog:
             timestamps = [parse_timestamp(t) for t in entry["commit_timestamps"]]
             self._apply_ddl(database, entry["statements"], timestamps, entry["operation"], call_engine=False)
         elif op == "commit":
-            rows = self.databases[entry["db"]].data
+            database = self.databases[entry["db"]]
+            commit_ts = parse_timestamp(entry["ts"])
             for table, key, row in entry["writes"]:
-                self._write_row(rows, table, tuple(key), row)
-            self._saw(parse_timestamp(entry["ts"]))
+                self._write_row(database, commit_ts, table, tuple(key), row, None)
+            self._saw(commit_ts)
         else:
             raise ValueError(f"unknown journal entry {op!r}")
 
@@ -235,6 +257,7 @@ class Catalog:
             kind = effect[0]
             if kind == "drop_table":
                 database.data.pop(effect[1], None)
+                database.versions.drop_table(effect[1])
             elif kind == "add_column":
                 for row in database.data.get(effect[1], {}).values():
                     row[effect[2]] = None
@@ -269,21 +292,31 @@ class Catalog:
     # -- data -----------------------------------------------------------------------------------
 
     @staticmethod
-    def _write_row(data: dict[str, Rows], table: str, key: tuple[Any, ...], row: dict[str, Any] | None) -> None:
-        rows = data.setdefault(table, {})
+    def _write_row(
+        database: Database, commit_ts: datetime, table: str, key: tuple[Any, ...], row: dict[str, Any] | None, horizon: datetime | None
+    ) -> None:
+        rows = database.data.setdefault(table, {})
         if row is None:
             rows.pop(key, None)
         else:
             rows[key] = row
+        database.versions.write(table, key, commit_ts, row, horizon)
 
-    def commit(self, db: str, mutations: Iterable[Any], transaction_tag: str = "") -> datetime:
-        """Apply mutations atomically; returns the commit timestamp. Raises QueryError and changes nothing on a bad mutation."""
+    def commit(
+        self, db: str, mutations: Iterable[Any], transaction_tag: str = "", prepared: MutationSet | None = None,
+        check: Callable[[Database], None] | None = None,
+    ) -> datetime:
+        """Apply mutations (after a read-write transaction's DML effects, `prepared`) atomically; returns the commit
+        timestamp. Raises QueryError and changes nothing on a bad mutation or when `check` (conflicts) refuses."""
         with self.lock:
             database = self.database(db)
             assert self.clock is not None
             commit_ts = self.clock.next_commit_timestamp()
-            changes = MutationSet(database.schema, database.data, format_timestamp(commit_ts))
+            changes = prepared or MutationSet(database.schema, database.data)
             try:
+                if check is not None:
+                    check(database)
+                changes.set_commit_timestamp(format_timestamp(commit_ts))
                 changes.apply(mutations)
             except QueryError:
                 self._pass_time(db, [commit_ts])
@@ -295,8 +328,9 @@ class Catalog:
                               "writes": [[table, list(key), row] for table, key, row in writes]})
             if self.engine is not None:
                 self.engine.commit(db, commit_ts, secrets.token_hex(10), transaction_tag, changes.changes())
+            horizon = database.earliest_version_time(commit_ts)
             for table, key, row in writes:
-                self._write_row(database.data, table, key, row)
+                self._write_row(database, commit_ts, table, key, row, horizon)
             self._saw(commit_ts)
             return commit_ts
 

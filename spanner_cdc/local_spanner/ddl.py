@@ -22,6 +22,7 @@ STREAM_OPTIONS = (
     "partition_mode",
 )
 MIN_RETENTION, MAX_RETENTION = timedelta(days=1), timedelta(days=30)
+MIN_VERSION_RETENTION, MAX_VERSION_RETENTION = timedelta(hours=1), timedelta(days=7)
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 @dataclass(frozen=True)
@@ -64,6 +65,11 @@ class DropColumn:
 class CreateIndex:
     name: str
     text: str
+    table: str = ""
+    key: tuple[tuple[str, bool], ...] = ()  # (column, descending)
+    storing: tuple[str, ...] = ()
+    unique: bool = False
+    null_filtered: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,16 @@ class DropChangeStream:
     name: str
 
 
+@dataclass(frozen=True)
+class AlterDatabase:
+    """ALTER DATABASE ... SET OPTIONS (version_retention_period = ...); None = back to the default."""
+
+    version_retention: timedelta | None
+
+
 Statement = (
-    CreateTable | DropTable | AddColumn | DropColumn | CreateIndex | DropIndex | CreateChangeStream | AlterChangeStream | DropChangeStream
+    CreateTable | DropTable | AddColumn | DropColumn | CreateIndex | DropIndex | CreateChangeStream | AlterChangeStream
+    | DropChangeStream | AlterDatabase
 )
 
 
@@ -159,22 +173,69 @@ def _statement(cur: Cursor) -> Statement:
         return _alter_stream(cur)
     if cur.accept("DROP", "CHANGE", "STREAM"):
         return DropChangeStream(cur.identifier("a change stream name"))
+    if cur.accept("ALTER", "DATABASE"):
+        return _alter_database(cur)
     if cur.peek.is_word("CREATE"):
         start = cur.index
         cur.next()
+        flags = set()
         while cur.peek.is_word("UNIQUE", "NULL_FILTERED"):
-            cur.next()
+            flags.add(cur.next().text.upper())
         if cur.accept("INDEX"):
-            cur.accept("IF", "NOT", "EXISTS")
-            name = cur.identifier("an index name")
-            while not cur.at_end():
-                cur.next()
-            return CreateIndex(name, cur.text.strip().rstrip(";").strip())
+            return _create_index(cur, "UNIQUE" in flags, "NULL_FILTERED" in flags)
         cur.index = start
     if cur.accept("DROP", "INDEX"):
         cur.accept("IF", "EXISTS")
         return DropIndex(cur.identifier("an index name"))
-    raise cur.error("CREATE TABLE, DROP TABLE, ALTER TABLE, CREATE/DROP INDEX or CREATE/ALTER/DROP CHANGE STREAM")
+    raise cur.error("CREATE TABLE, DROP TABLE, ALTER TABLE, CREATE/DROP INDEX, CREATE/ALTER/DROP CHANGE STREAM or ALTER DATABASE")
+
+
+def _create_index(cur: Cursor, unique: bool, null_filtered: bool) -> CreateIndex:
+    cur.accept("IF", "NOT", "EXISTS")
+    name = cur.identifier("an index name")
+    cur.expect("ON")
+    table = cur.identifier("a table name")
+    key = _key_list(cur)
+    storing: list[str] = []
+    if cur.accept("STORING") or cur.accept("INCLUDE"):
+        cur.expect_punct("(")
+        storing.append(cur.identifier("a column name"))
+        while cur.accept_punct(","):
+            storing.append(cur.identifier("a column name"))
+        cur.expect_punct(")")
+    while not cur.at_end():  # INTERLEAVE IN, a PostgreSQL WHERE filter, OPTIONS: kept in the text only
+        cur.next()
+    return CreateIndex(name, cur.text.strip().rstrip(";").strip(), table, tuple(key), tuple(storing), unique, null_filtered)
+
+
+def _alter_database(cur: Cursor) -> AlterDatabase:
+    cur.identifier("a database name")
+    cur.expect("SET")
+    if cur.postgres:  # ALTER DATABASE db SET spanner.version_retention_period { = | TO } '1d'
+        if cur.identifier("an option name").lower() != "spanner" or not cur.accept_punct("."):
+            raise cur.error("spanner.version_retention_period")
+        option = cur.identifier("an option name")
+        if not (cur.accept_punct("=") or cur.accept("TO")):
+            raise cur.error("'=' or TO")
+        value = None if cur.accept("DEFAULT") or cur.accept("NULL") else cur.string("a duration such as '1d'")
+    else:  # ALTER DATABASE db SET OPTIONS (version_retention_period = '1d')
+        cur.expect("OPTIONS")
+        cur.expect_punct("(")
+        option = cur.identifier("an option name")
+        cur.expect_punct("=")
+        value = None if cur.accept("NULL") else cur.string("a duration such as '1d'")
+        cur.expect_punct(")")
+    if option.lower() != "version_retention_period":
+        raise QueryError("UNIMPLEMENTED", f"Database option {option} is not supported by the local Spanner server: only version_retention_period")
+    if value is None:
+        return AlterDatabase(None)
+    try:
+        retention = parse_duration(value)
+    except ValueError as exc:
+        raise QueryError("INVALID_ARGUMENT", f"Invalid version_retention_period: {exc}") from None
+    if not MIN_VERSION_RETENTION <= retention <= MAX_VERSION_RETENTION:
+        raise QueryError("INVALID_ARGUMENT", f"Invalid version_retention_period {value!r}: expected between 1h and 7d")
+    return AlterDatabase(retention)
 
 
 def _create_table(cur: Cursor) -> CreateTable:

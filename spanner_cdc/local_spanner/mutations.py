@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spanner_cdc.local_spanner.keysets import Key, Rows, matching_keys
 from spanner_cdc.local_spanner.model import QueryError, RowChange
 from spanner_cdc.local_spanner.schema import Schema, TableDef
 from spanner_cdc.local_spanner.values import COMMIT_TIMESTAMP_PLACEHOLDER, normalize, pb_to_python
+
+PENDING_COMMIT_TIMESTAMP = "\x00pending commit timestamp"  # stands for the commit timestamp until it is chosen
 
 
 @dataclass
@@ -25,11 +27,44 @@ class _Touched:
 class MutationSet:
     """The net effect of one commit's mutations, computed against the committed rows without changing them."""
 
-    def __init__(self, schema: Schema, data: Mapping[str, Rows], commit_timestamp: str) -> None:
+    def __init__(self, schema: Schema, data: Mapping[str, Rows], commit_timestamp: str = PENDING_COMMIT_TIMESTAMP) -> None:
         self.schema = schema
         self.data = data
         self.commit_timestamp = commit_timestamp
         self._touched: dict[tuple[str, Key], _Touched] = {}
+
+    def set_commit_timestamp(self, commit_timestamp: str) -> None:
+        """Known at commit only: DML run before it wrote a stand-in for PENDING_COMMIT_TIMESTAMP()."""
+        if self.commit_timestamp == PENDING_COMMIT_TIMESTAMP:
+            for touched in self._touched.values():
+                if touched.after is not None and PENDING_COMMIT_TIMESTAMP in touched.after.values():
+                    touched.after = {k: commit_timestamp if v == PENDING_COMMIT_TIMESTAMP else v for k, v in touched.after.items()}
+        self.commit_timestamp = commit_timestamp
+
+    def savepoint(self) -> dict[tuple[str, Key], _Touched]:
+        return {slot: replace(t, written=set(t.written)) for slot, t in self._touched.items()}
+
+    def restore(self, saved: dict[tuple[str, Key], _Touched]) -> None:
+        """Undo a failed DML statement: Spanner applies a statement entirely or not at all."""
+        self._touched = saved
+
+    def key_of(self, table: TableDef, given: Mapping[str, Any]) -> Key:
+        return tuple(self._value(table, name, given.get(name))[1] for name in table.key_names)
+
+    def current(self, table: TableDef, key: Key) -> dict[str, Any] | None:
+        """The row as this transaction sees it (its own writes included)."""
+        return self._current(table, key)
+
+    def rows(self, table: TableDef) -> Rows:
+        """The table's rows as this transaction sees them."""
+        rows = dict(self.data.get(table.name, {}))
+        for (name, key), touched in self._touched.items():
+            if name == table.name:
+                if touched.after is None:
+                    rows.pop(key, None)
+                else:
+                    rows[key] = touched.after
+        return rows
 
     def _table(self, name: str) -> TableDef:
         table = self.schema.table(name)
@@ -119,14 +154,7 @@ class MutationSet:
         touched.written.clear()
 
     def _matching_keys(self, table: TableDef, key_set: Any) -> list[Key]:
-        rows = dict(self.data.get(table.name, {}))
-        for (name, key), touched in self._touched.items():
-            if name == table.name:
-                if touched.after is None:
-                    rows.pop(key, None)
-                else:
-                    rows[key] = touched.after
-        return matching_keys(table, self.schema.postgres, rows, key_set)
+        return matching_keys(table, self.schema.postgres, self.rows(table), key_set)
 
     def changes(self) -> list[RowChange]:
         """One row change per touched row (net effect, in first-touch order); untouched net no-ops dropped."""

@@ -1,16 +1,16 @@
-"""Results of the non-change-stream queries: SELECT literals, table rows and INFORMATION_SCHEMA views."""
+"""INFORMATION_SCHEMA views of the local server and the values of change stream query arguments."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from spanner_cdc.local_spanner.catalog import Database
-from spanner_cdc.local_spanner.keysets import matching_keys, sorted_keys
 from spanner_cdc.local_spanner.model import QueryError
 from spanner_cdc.local_spanner.schema import DEFAULT_RETENTION_TEXT
-from spanner_cdc.local_spanner.sql import Arg, LiteralSelect, TableQuery
-from spanner_cdc.local_spanner.values import normalize, public_type
+from spanner_cdc.local_spanner.sql import Arg, ChangeStreamQuery
+from spanner_cdc.local_spanner.values import parse_timestamp
 
 Columns = list[tuple[str, dict[str, Any]]]
 _STRING, _BOOL, _INT64 = {"code": "STRING"}, {"code": "BOOL"}, {"code": "INT64"}
@@ -49,26 +49,7 @@ def argument(arg: Arg, params: Mapping[str, Any]) -> Any:
     return params[arg.param]
 
 
-def literal_select(plan: LiteralSelect) -> tuple[Columns, list[list[Any]]]:
-    columns: Columns = []
-    row: list[Any] = []
-    for value in plan.values:
-        if isinstance(value, bool):
-            columns.append(("", _BOOL))
-            row.append(value)
-        elif isinstance(value, int) or value is None:
-            columns.append(("", _INT64))
-            row.append(None if value is None else str(value))
-        elif isinstance(value, float):
-            columns.append(("", {"code": "FLOAT64"}))
-            row.append(value)
-        else:
-            columns.append(("", _STRING))
-            row.append(value)
-    return columns, [row]
-
-
-def _view_rows(database: Database, view: str) -> list[dict[str, Any]]:
+def view_rows(database: Database, view: str) -> list[dict[str, Any]]:
     schema_name = "public" if database.postgres else ""
     base = {"CHANGE_STREAM_CATALOG": "", "CHANGE_STREAM_SCHEMA": schema_name, "TABLE_CATALOG": "", "TABLE_SCHEMA": schema_name}
     schema = database.schema
@@ -104,54 +85,28 @@ def _view_rows(database: Database, view: str) -> list[dict[str, Any]]:
     return rows
 
 
-def table_query(database: Database, plan: TableQuery, params: Mapping[str, Any]) -> tuple[Columns, list[list[Any]]]:
-    """Rows of a table (in key order) or of an INFORMATION_SCHEMA view, filtered by equality and projected."""
-    if plan.info_schema:
-        view = plan.source.upper()
-        if view not in VIEWS:
-            raise QueryError("INVALID_ARGUMENT", f"Unsupported view INFORMATION_SCHEMA.{plan.source}: expected one of {', '.join(VIEWS)}")
-        available = [(n.lower() if database.postgres else n, t) for n, t in VIEWS[view]]
-        records = [{(k.lower() if database.postgres else k): v for k, v in row.items()} for row in _view_rows(database, view)]
-    else:
-        table = database.schema.table(plan.source)
-        if table is None:
-            raise QueryError("INVALID_ARGUMENT", f"Table not found: {plan.source}")
-        available = [(c.name, public_type(c.type)) for c in table.columns]
-        rows = database.data.get(table.name, {})
-        records = [rows[key] for key in sorted_keys(table, rows, database.postgres)]
-    lookup = {name.lower(): (name, type_) for name, type_ in available}
+def stream_arguments(plan: ChangeStreamQuery, params: dict[str, Any], function: str) -> tuple[datetime, datetime | None, str | None, int]:
+    values = {name: argument(arg, params) for name, arg in plan.args.items()}
+    for required in ("start_timestamp", "heartbeat_milliseconds"):
+        if values.get(required) is None:
+            raise QueryError("INVALID_ARGUMENT", f"{function}: {required} must not be NULL")
+    if values.get("read_options") is not None:
+        raise QueryError("INVALID_ARGUMENT", f"{function}: read_options must be NULL")
 
-    def resolve(name: str) -> tuple[str, dict[str, Any]]:
-        found = lookup.get(name.lower()) if not database.postgres or name.lower() == name else None
-        if found is None:
-            found = next(((n, t) for n, t in available if n == name), None)
-        if found is None:
-            raise QueryError("INVALID_ARGUMENT", f"Unrecognized name: {name}")
-        return found
+    def timestamp(name: str) -> datetime | None:
+        value = values.get(name)
+        if value is None:
+            return None
+        try:
+            return parse_timestamp(str(value))
+        except ValueError as exc:
+            raise QueryError("INVALID_ARGUMENT", f"{function}: {name}: {exc}") from None
 
-    for column_name, arg in plan.where:
-        name, type_ = resolve(column_name)
-        wanted = normalize(type_, argument(arg, params), f"parameter for {name}")
-        records = [r for r in records if r.get(name) == wanted]
-    if plan.count:
-        return [("", _INT64)], [[str(len(records))]]
-    selected = available if plan.columns is None else [resolve(c) for c in plan.columns]
-    return selected, [[r.get(name) for name, _ in selected] for r in records]
-
-
-def read_rows(database: Database, table_name: str, columns: list[str], key_set: Any, limit: int) -> tuple[Columns, list[list[Any]]]:
-    """The Read RPC: `columns` of the rows a KeySet names, in key order, at most `limit` (0: all)."""
-    table = database.schema.table(table_name)
-    if table is None:
-        raise QueryError("NOT_FOUND", f"Table not found: {table_name}")
-    selected = []
-    for name in columns:
-        column = table.column(name, database.postgres)
-        if column is None:
-            raise QueryError("NOT_FOUND", f"Column not found in table {table.name}: {name}")
-        selected.append(column)
-    rows = database.data.get(table.name, {})
-    keys = matching_keys(table, database.postgres, rows, key_set)
-    if limit > 0:
-        keys = keys[:limit]
-    return [(c.name, public_type(c.type)) for c in selected], [[rows[k].get(c.name) for c in selected] for k in keys]
+    start = timestamp("start_timestamp")
+    assert start is not None
+    try:
+        heartbeat = int(values["heartbeat_milliseconds"])
+    except (TypeError, ValueError):
+        raise QueryError("INVALID_ARGUMENT", f"{function}: heartbeat_milliseconds must be an INT64, got {values['heartbeat_milliseconds']!r}") from None
+    token = values.get("partition_token")
+    return start, timestamp("end_timestamp"), None if token is None else str(token), heartbeat

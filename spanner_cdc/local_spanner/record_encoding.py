@@ -28,11 +28,13 @@ def spanner_type(type_: dict[str, Any]) -> Type:
     return out
 
 
-def metadata(columns: Sequence[tuple[str, dict[str, Any]]], transaction_id: bytes = b"") -> bytes:
-    """Encoded ResultSetMetadata for result columns (name, Spanner JSON type)."""
+def metadata(columns: Sequence[tuple[str, dict[str, Any]]], transaction_id: bytes = b"", read_timestamp: datetime | None = None) -> bytes:
+    """Encoded ResultSetMetadata for result columns (name, Spanner JSON type), with the transaction begun by the request."""
     message = ResultSetMetadata(row_type=StructType(fields=[StructType.Field(name=n, type_=spanner_type(t)) for n, t in columns]))
     if transaction_id:
         message.transaction.id = transaction_id
+    if read_timestamp is not None:
+        message.transaction.read_timestamp = read_timestamp
     return ResultSetMetadata.serialize(message)
 
 

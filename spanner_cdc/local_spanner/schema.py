@@ -6,7 +6,7 @@ import copy
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from spanner_cdc.local_spanner import ddl
@@ -53,13 +53,15 @@ class Schema:
         self.postgres = postgres
         self.tables: dict[str, TableDef] = {}
         self.streams: dict[str, StreamDef] = {}
-        self.indexes: dict[str, str] = {}
+        self.indexes: dict[str, ddl.CreateIndex] = {}
+        self.version_retention: timedelta | None = None  # None: Spanner's default (1 hour)
 
     def copy(self) -> Schema:
         other = Schema(self.postgres)
         other.tables = dict(self.tables)
         other.streams = dict(self.streams)
         other.indexes = dict(self.indexes)
+        other.version_retention = self.version_retention
         return other
 
     def _find(self, names: dict[str, Any], name: str) -> str | None:
@@ -75,6 +77,10 @@ class Schema:
     def table(self, name: str) -> TableDef | None:
         found = self._find(self.tables, name)
         return None if found is None else self.tables[found]
+
+    def index(self, name: str) -> ddl.CreateIndex | None:
+        found = self._find(self.indexes, name)
+        return None if found is None else self.indexes[found]
 
     def stream(self, name: str) -> StreamDef | None:
         found = self._find(self.streams, name)
@@ -94,9 +100,9 @@ class Schema:
         if isinstance(statement, ddl.DropColumn):
             return self._drop_column(statement)
         if isinstance(statement, ddl.CreateIndex):
-            if self._find(self.indexes, statement.name) is not None or self._find(self.tables, statement.name) is not None:
-                raise QueryError("FAILED_PRECONDITION", f"Duplicate name in schema: {statement.name}.")
-            self.indexes[statement.name] = statement.text
+            return self._create_index(statement)
+        if isinstance(statement, ddl.AlterDatabase):
+            self.version_retention = statement.version_retention
             return None
         if isinstance(statement, ddl.DropIndex):
             found = self._find(self.indexes, statement.name)
@@ -139,6 +145,26 @@ class Schema:
         self.tables[statement.name] = replace(table, key=tuple(key))
         return ("tables",)
 
+    def _create_index(self, statement: ddl.CreateIndex) -> Effect | None:
+        if self._find(self.indexes, statement.name) is not None or self._find(self.tables, statement.name) is not None:
+            raise QueryError("FAILED_PRECONDITION", f"Duplicate name in schema: {statement.name}.")
+        table = self.table(statement.table)
+        if table is None:
+            raise QueryError("NOT_FOUND", f"Table not found: {statement.table}")
+        key, storing = [], []
+        for name, descending in statement.key:
+            column = table.column(name, self.postgres)
+            if column is None:
+                raise QueryError("NOT_FOUND", f"Index {statement.name} references nonexistent column {name} of table {table.name}.")
+            key.append((column.name, descending))
+        for name in statement.storing:
+            column = table.column(name, self.postgres)
+            if column is None:
+                raise QueryError("NOT_FOUND", f"Index {statement.name} stores nonexistent column {name} of table {table.name}.")
+            storing.append(column.name)
+        self.indexes[statement.name] = replace(statement, table=table.name, key=tuple(key), storing=tuple(storing))
+        return None
+
     def _drop_table(self, statement: ddl.DropTable) -> Effect | None:
         found = self._find(self.tables, statement.name)
         if found is None:
@@ -148,6 +174,9 @@ class Schema:
         for stream in self.streams.values():
             if stream.tables is not None and found in stream.tables:
                 raise QueryError("FAILED_PRECONDITION", f"Cannot drop table {found}: it is tracked by change stream {stream.name}; alter the change stream first.")
+        for index in self.indexes.values():
+            if index.table == found:
+                raise QueryError("FAILED_PRECONDITION", f"Cannot drop table {found}: index {index.name} uses it; drop the index first.")
         del self.tables[found]
         return ("drop_table", found)
 
@@ -177,6 +206,9 @@ class Schema:
             tracked = None if stream.tables is None else stream.tables.get(table.name, ())
             if tracked and column.name in tracked:
                 raise QueryError("FAILED_PRECONDITION", f"Cannot drop column {table.name}.{column.name}: it is tracked by change stream {stream.name}.")
+        for index in self.indexes.values():
+            if index.table == table.name and column.name in {name for name, _ in index.key} | set(index.storing):
+                raise QueryError("FAILED_PRECONDITION", f"Cannot drop column {table.name}.{column.name}: index {index.name} uses it.")
         self.tables[table.name] = replace(table, columns=tuple(c for c in table.columns if c.name != column.name))
         return ("drop_column", table.name, column.name)
 
@@ -233,7 +265,7 @@ class Schema:
     def ddl(self) -> list[str]:
         """The current schema as DDL statements, in creation order."""
         out = [self._table_ddl(table) for table in self.tables.values()]
-        out.extend(self.indexes.values())
+        out.extend(index.text for index in self.indexes.values())
         out.extend(self._stream_ddl(stream) for stream in self.streams.values())
         return out
 

@@ -7,37 +7,52 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import grpc
 from google.cloud.spanner_v1.types import (
     BatchCreateSessionsRequest,
-    BatchCreateSessionsResponse,
     BeginTransactionRequest,
     CommitRequest,
     CommitResponse,
     CreateSessionRequest,
     DeleteSessionRequest,
+    ExecuteBatchDmlRequest,
+    ExecuteBatchDmlResponse,
     ExecuteSqlRequest,
     GetSessionRequest,
     ListSessionsRequest,
-    ListSessionsResponse,
+    PartitionQueryRequest,
+    PartitionReadRequest,
     ReadRequest,
     RollbackRequest,
-    Session,
-    Transaction,
 )
+from google.cloud.spanner_v1.types import Transaction as TransactionPb
 from google.protobuf import empty_pb2, timestamp_pb2
 
 from spanner_cdc.local_spanner import sql, wire
 from spanner_cdc.local_spanner.catalog import Catalog, Database
+from spanner_cdc.local_spanner.dml import run_dml
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.queries import argument, literal_select, read_rows, table_query
-from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, metadata, pg_metadata
+from spanner_cdc.local_spanner.mutations import MutationSet
+from spanner_cdc.local_spanner.queries import stream_arguments
+from spanner_cdc.local_spanner.query_partitions import Partitions
+from spanner_cdc.local_spanner.query_run import read_rows, run_select
+from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, pg_metadata
+from spanner_cdc.local_spanner.sessions import Sessions
+from spanner_cdc.local_spanner.sql_statements import Dml, Select
+from spanner_cdc.local_spanner.statement_results import BatchStatement, Result, Selector, typed_params
 from spanner_cdc.local_spanner.streaming import ChangeStreamSender, FaultInjector, InjectedFailure, Position
-from spanner_cdc.local_spanner.values import parse_timestamp, pb_to_python
+from spanner_cdc.local_spanner.transactions import (
+    PARTITIONED_DML,
+    READ_ONLY,
+    READ_WRITE,
+    ReadView,
+    Transaction,
+    read_timestamp,
+)
+from spanner_cdc.local_spanner.values import pb_to_python
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +73,6 @@ def abort(context: grpc.ServicerContext, error: Exception) -> None:
     context.abort(grpc.StatusCode.INTERNAL, f"local Spanner server bug: {type(error).__name__}: {error}")
 
 
-@dataclass
-class _Session:
-    name: str
-    database: str
-    multiplexed: bool
-    create_time: datetime
-    labels: dict[str, str]
-    creator_role: str
-
-
 class SpannerService:
     """Handlers of the Spanner API; every handler returns serialized bytes (the hot path writes them directly)."""
 
@@ -76,97 +81,84 @@ class SpannerService:
         self.engine = engine
         self.faults = faults
         self._lock = threading.Lock()
-        self._sessions: dict[str, _Session] = {}
-        self._transactions: OrderedDict[bytes, str] = OrderedDict()  # id -> transaction tag
+        self.sessions = Sessions(catalog)
+        self._session = self.sessions.session
+        self._transactions: OrderedDict[bytes, Transaction] = OrderedDict()
+        self.partitions = Partitions()
         self._plans: OrderedDict[tuple[str, bool], sql.Plan] = OrderedDict()
         self.active_reads = 0
 
-    # -- sessions -------------------------------------------------------------------------------
-
-    def _new_session(self, database: str, template: Any) -> bytes:
-        self.catalog.database(database)
-        name = f"{database}/sessions/{secrets.token_hex(12)}"
-        session = _Session(name, database, template.multiplexed, self.catalog.now(), dict(template.labels), template.creator_role)
-        with self._lock:
-            self._sessions[name] = session
-        return Session.pb().SerializeToString(self._session_pb(session))
-
-    @staticmethod
-    def _session_pb(session: _Session) -> Any:
-        message = Session.pb()(name=session.name, multiplexed=session.multiplexed, creator_role=session.creator_role)
-        message.labels.update(session.labels)
-        message.create_time.CopyFrom(pb_timestamp(session.create_time))
-        message.approximate_last_use_time.CopyFrom(pb_timestamp(session.create_time))
-        return message
-
-    def _session(self, name: str) -> _Session:
-        """The session named; one unknown to this process (e.g. after a restart) is adopted if its database exists."""
-        with self._lock:
-            found = self._sessions.get(name)
-        if found is not None:
-            return found
-        database, sep, _ = name.partition("/sessions/")
-        if not sep:
-            raise QueryError("INVALID_ARGUMENT", f"Invalid session name: {name}")
-        try:
-            self.catalog.database(database)
-        except QueryError:
-            raise QueryError("NOT_FOUND", f"Session not found: {name}") from None
-        session = _Session(name, database, False, self.catalog.now(), {}, "")
-        with self._lock:
-            self._sessions[name] = session
-        return session
-
-    def create_session(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        return self._new_session(request.database, request.session)
-
-    def batch_create_sessions(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        response = BatchCreateSessionsResponse.pb()()
-        for _ in range(max(1, request.session_count)):
-            response.session.add().MergeFromString(self._new_session(request.database, request.session_template))
-        return response.SerializeToString()
-
-    def get_session(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        with self._lock:
-            session = self._sessions.get(request.name)
-        if session is None:
-            raise QueryError("NOT_FOUND", f"Session not found: {request.name}")
-        return self._session_pb(session).SerializeToString()
-
-    def list_sessions(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        with self._lock:
-            sessions = [s for s in self._sessions.values() if s.database == request.database]
-        return ListSessionsResponse.pb()(sessions=[self._session_pb(s) for s in sessions]).SerializeToString()
-
-    def delete_session(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        with self._lock:
-            self._sessions.pop(request.name, None)
-        return empty_pb2.Empty().SerializeToString()
-
     # -- transactions ---------------------------------------------------------------------------
 
-    def _new_transaction(self, tag: str) -> bytes:
-        transaction_id = secrets.token_bytes(16)
+    def _register(self, transaction: Transaction) -> Transaction:
         with self._lock:
-            self._transactions[transaction_id] = tag
-            while len(self._transactions) > 10000:  # abandoned read-only transactions
+            self._transactions[transaction.id] = transaction
+            while len(self._transactions) > 10000:  # abandoned transactions
                 self._transactions.popitem(last=False)
-        return transaction_id
+        return transaction
+
+    def _read_timestamp(self, database: Database, read_only: Any) -> datetime:
+        """The snapshot's timestamp; one in the future is waited for, as Spanner waits until it can serve it."""
+        assert self.catalog.clock is not None
+        clock = self.catalog.clock
+        with self.catalog.lock:
+            timestamp = read_timestamp(read_only, database, clock.now(), clock.last_commit_timestamp)
+        while not clock.sleep_until(timestamp):
+            pass
+        return timestamp
+
+    def _begin(self, database: Database, options: Any, tag: str) -> Transaction:
+        kind = options.WhichOneof("mode") or READ_WRITE
+        transaction = Transaction(secrets.token_bytes(16), kind, tag)
+        if kind == READ_ONLY:
+            transaction.read_timestamp = self._read_timestamp(database, options.read_only)
+        return self._register(transaction)
 
     def begin_transaction(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        self._session(request.session)
-        transaction_id = self._new_transaction(request.request_options.transaction_tag)
-        message = Transaction.pb()(id=transaction_id)
-        if request.options.HasField("read_only"):
-            message.read_timestamp.CopyFrom(pb_timestamp(self.catalog.now()))
+        session = self._session(request.session)
+        database = self.catalog.database(session.database)
+        transaction = self._begin(database, request.options, request.request_options.transaction_tag)
+        message = TransactionPb.pb()(id=transaction.id)
+        if transaction.read_timestamp is not None:
+            message.read_timestamp.CopyFrom(pb_timestamp(transaction.read_timestamp))
         return message.SerializeToString()
+
+    def _selected(self, request: Any, database: Database) -> tuple[Transaction | None, bytes, datetime | None]:
+        """The transaction a request runs in, the id it began (to return) and the read timestamp to return."""
+        selector = request.transaction
+        which = selector.WhichOneof("selector")
+        if which == "begin":
+            transaction = self._begin(database, selector.begin, request.request_options.transaction_tag)
+            return transaction, transaction.id, transaction.read_timestamp
+        if which == "id":
+            with self._lock:  # an id unknown here (a restart) reads as a strong single-use transaction did before
+                return self._transactions.get(selector.id), b"", None
+        if which == "single_use":
+            options = selector.single_use
+            if options.WhichOneof("mode") != READ_ONLY:
+                raise QueryError("INVALID_ARGUMENT", "A single-use transaction must be read-only here; begin a read-write transaction")
+            timestamp = self._read_timestamp(database, options.read_only)
+            returned = timestamp if options.read_only.return_read_timestamp else None
+            return Transaction(b"", READ_ONLY, read_timestamp=timestamp), b"", returned
+        return None, b"", None
+
+    def _view(self, database: Database, transaction: Transaction | None) -> ReadView:
+        """Called under the catalog lock: a read-write transaction records what it reads as of the newest commit."""
+        if transaction is None:
+            return ReadView(database)
+        if transaction.kind == READ_ONLY:
+            return ReadView(database, transaction.read_timestamp)
+        assert self.catalog.clock is not None
+        return ReadView(database, None, transaction, self.catalog.clock.last_commit_timestamp)
 
     def commit(self, request: Any, context: grpc.ServicerContext) -> bytes:
         session = self._session(request.session)
         with self._lock:
-            begun_tag = self._transactions.pop(request.transaction_id, "") if request.transaction_id else ""
-        tag = request.request_options.transaction_tag or begun_tag
-        commit_ts = self.catalog.commit(session.database, request.mutations, tag)
+            transaction = self._transactions.pop(request.transaction_id, None) if request.transaction_id else None
+        tag = request.request_options.transaction_tag or (transaction.tag if transaction else "")
+        prepared = transaction.changes if transaction is not None and transaction.kind == READ_WRITE else None
+        check = transaction.check_conflicts if transaction is not None and (transaction.reads or transaction.scans) else None
+        commit_ts = self.catalog.commit(session.database, request.mutations, tag, prepared, check)
         response = CommitResponse.pb()()
         response.commit_timestamp.CopyFrom(pb_timestamp(commit_ts))
         if request.return_commit_stats:
@@ -180,7 +172,7 @@ class SpannerService:
             self._transactions.pop(request.transaction_id, None)
         return empty_pb2.Empty().SerializeToString()
 
-    # -- queries --------------------------------------------------------------------------------
+    # -- queries and DML ------------------------------------------------------------------------
 
     def _plan(self, text: str, postgres: bool) -> sql.Plan:
         key = (text, postgres)
@@ -194,59 +186,122 @@ class SpannerService:
                     self._plans.popitem(last=False)
         return plan
 
-    def _begin_if_asked(self, request: Any) -> bytes:
-        selector = request.transaction
-        if selector.HasField("begin"):
-            return self._new_transaction(request.request_options.transaction_tag)
-        return b""
+    def _statement(self, request: Any, database: Database, plan: sql.Plan, seqno: int) -> Result:
+        """Run a SELECT or DML statement in the request's transaction."""
+        transaction, begun, returned_ts = self._selected(request, database)
+        params = typed_params(request.params, request.param_types)
+        if isinstance(plan, Dml):
+            return self._dml(database, plan, params, transaction, seqno, begun)
+        assert isinstance(plan, Select)
+        with self.catalog.lock:
+            columns, rows = run_select(plan, self._view(database, transaction), params)
+        return Result(columns, rows, begun, returned_ts)
+
+    def _dml(self, database: Database, plan: Dml, params: dict[str, Any], transaction: Transaction | None, seqno: int, begun: bytes) -> Result:
+        if transaction is None or transaction.kind == READ_ONLY:
+            raise QueryError("INVALID_ARGUMENT", "DML statements can only be performed in a read-write or partitioned DML transaction")
+        if seqno and seqno in transaction.dml_results:  # the client re-sent a statement it already ran
+            return transaction.dml_results[seqno]
+        partitioned = transaction.kind == PARTITIONED_DML
+        if partitioned and plan.kind == "INSERT":
+            raise QueryError("INVALID_ARGUMENT", "Partitioned DML supports UPDATE and DELETE only")
+        with self.catalog.lock:
+            if transaction.changes is None:
+                transaction.changes = MutationSet(database.schema, database.data)
+            outcome = run_dml(plan, self._view(database, transaction), transaction.changes, params)
+        if partitioned:  # each partitioned DML statement commits on its own
+            self.catalog.commit(database.name, [], transaction.tag, transaction.changes)
+            transaction.changes = None
+        result = Result(outcome.columns, outcome.rows, begun, None, outcome.row_count, partitioned)
+        if seqno:
+            transaction.dml_results[seqno] = result
+        return result
 
     def execute_streaming_sql(self, request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
         session = self._session(request.session)
         database = self.catalog.database(session.database)
         plan = self._plan(request.sql, database.postgres)
-        params = {name: pb_to_python(value) for name, value in request.params.fields.items()}
-        transaction_id = self._begin_if_asked(request)
+        if request.partition_token:
+            plan = self.partitions.query_part(request, plan)
         if isinstance(plan, sql.ChangeStreamQuery):
+            params = {name: pb_to_python(value) for name, value in request.params.fields.items()}
+            transaction_id = self._selected(request, database)[1] if request.transaction.HasField("begin") else b""
             yield from self._change_stream(database, plan, params, request.resume_token, transaction_id, context)
             return
-        columns, rows = self._small_query(database, plan, params)
-        yield from _stream_rows(columns, rows, request.resume_token, transaction_id)
+        result = self._statement(request, database, plan, request.seqno)
+        if request.partition_token:
+            result = self.partitions.part_of(request.partition_token, result)
+        yield from _stream_rows(result, request.resume_token)
 
     def execute_sql(self, request: Any, context: grpc.ServicerContext) -> bytes:
         session = self._session(request.session)
         database = self.catalog.database(session.database)
         plan = self._plan(request.sql, database.postgres)
-        params = {name: pb_to_python(value) for name, value in request.params.fields.items()}
-        transaction_id = self._begin_if_asked(request)
         if isinstance(plan, sql.ChangeStreamQuery):
             raise QueryError("INVALID_ARGUMENT", "Change stream queries must use ExecuteStreamingSql")
-        columns, rows = self._small_query(database, plan, params)
-        return wire.result_set(metadata(columns, transaction_id), [[wire.encode(v) for v in row] for row in rows])
+        if request.partition_token:
+            plan = self.partitions.query_part(request, plan)
+        result = self._statement(request, database, plan, request.seqno)
+        if request.partition_token:
+            result = self.partitions.part_of(request.partition_token, result)
+        return result.result_set()
 
-    def _read(self, request: Any) -> tuple[Any, list[list[Any]], bytes]:
+    def execute_batch_dml(self, request: Any, context: grpc.ServicerContext) -> bytes:
+        """Statements run in order until one fails; the response has a result set per success and the failure's status."""
         session = self._session(request.session)
         database = self.catalog.database(session.database)
-        if request.index:
-            raise QueryError("UNIMPLEMENTED", f"Reads through index {request.index} are not supported by the local Spanner server: read the table")
-        transaction_id = self._begin_if_asked(request)
+        response = ExecuteBatchDmlResponse.pb()()
+        selector: Any = request.transaction
+        for number, statement in enumerate(request.statements):
+            try:
+                plan = self._plan(statement.sql, database.postgres)
+                if not isinstance(plan, Dml):
+                    raise QueryError("INVALID_ARGUMENT", f"Statement {number} of ExecuteBatchDml is not a DML statement")
+                call = BatchStatement(selector, statement.params, statement.param_types, request.request_options)
+                result = self._statement(call, database, plan, request.seqno * 1000 + number + 1 if request.seqno else 0)
+            except QueryError as error:
+                if number == 0:
+                    raise
+                response.status.code = getattr(grpc.StatusCode, error.code).value[0]
+                response.status.message = str(error)
+                break
+            response.result_sets.add().MergeFromString(result.result_set())
+            if result.begun:  # later statements run in the transaction the first one began
+                selector = Selector(result.begun)
+        return response.SerializeToString()
+
+    def _read(self, request: Any) -> Result:
+        session = self._session(request.session)
+        database = self.catalog.database(session.database)
+        if request.partition_token:
+            return self.partitions.read_part(request, self._read_all, database)
+        return self._read_all(request, database)
+
+    def _read_all(self, request: Any, database: Database) -> Result:
+        transaction, begun, returned_ts = self._selected(request, database)
         with self.catalog.lock:
-            columns, rows = read_rows(database, request.table, list(request.columns), request.key_set, request.limit)
-        return columns, rows, transaction_id
+            view = self._view(database, transaction)
+            columns, rows = read_rows(view, request.table, list(request.columns), request.key_set, request.limit, request.index)
+        return Result(columns, rows, begun, returned_ts)
 
     def read(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        columns, rows, transaction_id = self._read(request)
-        return wire.result_set(metadata(columns, transaction_id), [[wire.encode(v) for v in row] for row in rows])
+        return self._read(request).result_set()
 
     def streaming_read(self, request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
-        columns, rows, transaction_id = self._read(request)
-        yield from _stream_rows(columns, rows, request.resume_token, transaction_id)
+        yield from _stream_rows(self._read(request), request.resume_token)
 
-    def _small_query(self, database: Database, plan: sql.Plan, params: dict[str, Any]) -> tuple[Any, list[list[Any]]]:
-        if isinstance(plan, sql.LiteralSelect):
-            return literal_select(plan)
-        assert isinstance(plan, sql.TableQuery)
-        with self.catalog.lock:
-            return table_query(database, plan, params)
+    def partition_query(self, request: Any, context: grpc.ServicerContext) -> bytes:
+        session = self._session(request.session)
+        database = self.catalog.database(session.database)
+        plan = self._plan(request.sql, database.postgres)
+        transaction, begun, returned_ts = self._selected(request, database)
+        return self.partitions.partition_query(request, plan, transaction, begun, returned_ts)
+
+    def partition_read(self, request: Any, context: grpc.ServicerContext) -> bytes:
+        session = self._session(request.session)
+        database = self.catalog.database(session.database)
+        transaction, begun, returned_ts = self._selected(request, database)
+        return self.partitions.partition_read(request, transaction, begun, returned_ts)
 
     def _change_stream(
         self, database: Database, plan: sql.ChangeStreamQuery, params: dict[str, Any], resume_token: bytes,
@@ -256,7 +311,7 @@ class SpannerService:
         function = f"spanner.read_json_{plan.stream}" if database.postgres else f"READ_{plan.stream}"
         if stream is None:
             raise QueryError("INVALID_ARGUMENT", f"Table-valued function not found: {function} (no change stream {plan.stream} in {database.name})")
-        start, end, token, heartbeat = _stream_arguments(plan, params, function)
+        start, end, token, heartbeat = stream_arguments(plan, params, function)
         resume = Position.parse(resume_token) if resume_token else None
         if resume is not None and resume.ts_us > 0 and resume.timestamp > start:
             start = resume.timestamp
@@ -285,45 +340,19 @@ class SpannerService:
                 self.active_reads -= 1
 
 
-def _stream_rows(columns: Any, rows: list[list[Any]], resume_token: bytes, transaction_id: bytes) -> Iterator[bytes]:
-    """A materialised result as PartialResultSets; the resume token counts the rows sent."""
+def _stream_rows(result: Result, resume_token: bytes) -> Iterator[bytes]:
+    """A materialised result as PartialResultSets; the resume token counts the rows sent; DML stats in the last one."""
     skip = int(resume_token.decode()[1:]) if resume_token.startswith(b"r") else 0
-    encoded_metadata = metadata(columns, transaction_id)
+    encoded_metadata = result.metadata()
+    rows = result.rows
     batch: list[bytes] = []
     for index in range(skip, len(rows)):
         batch.extend(wire.encode(v) for v in rows[index])
-        if len(batch) >= 1000:
+        if len(batch) >= 1000 and index + 1 < len(rows):
             yield wire.partial_result_set(batch, f"r{index + 1}".encode(), encoded_metadata)
             batch, encoded_metadata = [], b""
-    if batch or encoded_metadata:
-        yield wire.partial_result_set(batch, f"r{len(rows)}".encode() if batch else b"", encoded_metadata)
-
-
-def _stream_arguments(plan: sql.ChangeStreamQuery, params: dict[str, Any], function: str) -> tuple[datetime, datetime | None, str | None, int]:
-    values = {name: argument(arg, params) for name, arg in plan.args.items()}
-    for required in ("start_timestamp", "heartbeat_milliseconds"):
-        if values.get(required) is None:
-            raise QueryError("INVALID_ARGUMENT", f"{function}: {required} must not be NULL")
-    if values.get("read_options") is not None:
-        raise QueryError("INVALID_ARGUMENT", f"{function}: read_options must be NULL")
-
-    def timestamp(name: str) -> datetime | None:
-        value = values.get(name)
-        if value is None:
-            return None
-        try:
-            return parse_timestamp(str(value))
-        except ValueError as exc:
-            raise QueryError("INVALID_ARGUMENT", f"{function}: {name}: {exc}") from None
-
-    start = timestamp("start_timestamp")
-    assert start is not None
-    try:
-        heartbeat = int(values["heartbeat_milliseconds"])
-    except (TypeError, ValueError):
-        raise QueryError("INVALID_ARGUMENT", f"{function}: heartbeat_milliseconds must be an INT64, got {values['heartbeat_milliseconds']!r}") from None
-    token = values.get("partition_token")
-    return start, timestamp("end_timestamp"), None if token is None else str(token), heartbeat
+    last = wire.partial_result_set(batch, f"r{len(rows)}".encode() if batch else b"", encoded_metadata)
+    yield last + result.stats(partial=True)
 
 
 def _is_abort(exc: Exception) -> bool:
@@ -358,11 +387,11 @@ def handlers(service: SpannerService) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
         SERVICE,
         {
-            "CreateSession": unary(service.create_session, CreateSessionRequest),
-            "BatchCreateSessions": unary(service.batch_create_sessions, BatchCreateSessionsRequest),
-            "GetSession": unary(service.get_session, GetSessionRequest),
-            "ListSessions": unary(service.list_sessions, ListSessionsRequest),
-            "DeleteSession": unary(service.delete_session, DeleteSessionRequest),
+            "CreateSession": unary(service.sessions.create_session, CreateSessionRequest),
+            "BatchCreateSessions": unary(service.sessions.batch_create_sessions, BatchCreateSessionsRequest),
+            "GetSession": unary(service.sessions.get_session, GetSessionRequest),
+            "ListSessions": unary(service.sessions.list_sessions, ListSessionsRequest),
+            "DeleteSession": unary(service.sessions.delete_session, DeleteSessionRequest),
             "BeginTransaction": unary(service.begin_transaction, BeginTransactionRequest),
             "Commit": unary(service.commit, CommitRequest),
             "Rollback": unary(service.rollback, RollbackRequest),
@@ -370,5 +399,8 @@ def handlers(service: SpannerService) -> grpc.GenericRpcHandler:
             "ExecuteStreamingSql": streaming(service.execute_streaming_sql, ExecuteSqlRequest),
             "Read": unary(service.read, ReadRequest),
             "StreamingRead": streaming(service.streaming_read, ReadRequest),
+            "ExecuteBatchDml": unary(service.execute_batch_dml, ExecuteBatchDmlRequest),
+            "PartitionQuery": unary(service.partition_query, PartitionQueryRequest),
+            "PartitionRead": unary(service.partition_read, PartitionReadRequest),
         },
     )

@@ -1,10 +1,12 @@
-"""The SQL the local server understands: change stream read functions, INFORMATION_SCHEMA lookups, simple SELECTs."""
+"""The SQL the local server understands: change stream read functions here, every other statement via sql_statements."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from spanner_cdc.local_spanner import sql_statements
 from spanner_cdc.local_spanner.lexer import Cursor
 from spanner_cdc.local_spanner.model import QueryError
 
@@ -25,76 +27,32 @@ class ChangeStreamQuery:
     args: dict[str, Arg]
 
 
-@dataclass(frozen=True)
-class LiteralSelect:
-    values: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class TableQuery:
-    """SELECT * | columns | COUNT(*) FROM table-or-INFORMATION_SCHEMA.view [WHERE col = arg AND ...]."""
-
-    source: str
-    info_schema: bool
-    columns: tuple[str, ...] | None  # None = *
-    count: bool
-    where: tuple[tuple[str, Arg], ...]
-
-
-Plan = ChangeStreamQuery | LiteralSelect | TableQuery
+Plan = ChangeStreamQuery | sql_statements.Statement
+# a change stream read function call: GoogleSQL READ_<stream>( or PostgreSQL spanner.read_json_<stream>(
+_STREAM_CALL = re.compile(r"""\bFROM\s+(?:[`"]?READ_\w+[`"]?|"?spanner"?\s*\.\s*"?read_json_\w+"?)\s*\(""", re.IGNORECASE)
 
 
 def parse(text: str, postgres: bool) -> Plan:
-    """Recognise one query; anything else is INVALID_ARGUMENT with a message listing what is supported."""
+    """A change stream query (the read functions are not standard SQL: parsed here) or a statement sqlglot parses."""
+    if _STREAM_CALL.search(text) is None:
+        return sql_statements.parse(text, postgres)
     cur = Cursor(text, postgres)
     cur.expect("SELECT")
-    if cur.peek.kind in ("number", "string") or cur.peek.is_word("TRUE", "FALSE", "NULL"):
-        values = [_literal(cur)]
-        while cur.accept_punct(","):
-            values.append(_literal(cur))
-        cur.expect_end()
-        return LiteralSelect(tuple(values))
     columns: list[str] | None = None
-    count = False
-    if cur.accept_punct("*"):
-        columns = None
-    elif cur.peek.is_word("COUNT"):
-        cur.next()
-        cur.expect_punct("(")
-        cur.expect_punct("*")
-        cur.expect_punct(")")
-        count = True
-    else:
+    if not cur.accept_punct("*"):
         columns = [cur.identifier("a column name")]
-        while cur.accept_punct(","):
-            columns.append(cur.identifier("a column name"))
     cur.expect("FROM")
     first = cur.identifier("a table or function name")
     if cur.accept_punct("."):
-        second = cur.identifier("a table or function name")
+        second = cur.identifier("a function name")
         if first.lower() == "spanner" and second.lower().startswith("read_json_") and postgres:
             return _stream_call(cur, second[len("read_json_") :])
-        if first.lower() != "information_schema":
-            raise QueryError("INVALID_ARGUMENT", f"Unsupported name {first}.{second}: expected INFORMATION_SCHEMA.<view> or spanner.read_json_<stream>")
-        source, info_schema = second, True
-    elif not postgres and first.upper().startswith("READ_") and cur.peek.kind == "punct" and cur.peek.text == "(":
-        if columns is not None and [c.lower() for c in columns] != ["changerecord"]:
-            raise QueryError("INVALID_ARGUMENT", "Change stream read functions return one column: SELECT ChangeRecord FROM READ_<stream>(...)")
-        return _stream_call(cur, first[len("READ_") :])
-    else:
-        source, info_schema = first, False
-    if cur.accept("AS"):
-        cur.identifier("an alias")
-    where: list[tuple[str, Arg]] = []
-    if cur.accept("WHERE"):
-        while True:
-            column = cur.identifier("a column name")
-            cur.expect_punct("=")
-            where.append((column, _argument(cur)))
-            if not cur.accept("AND"):
-                break
-    cur.expect_end()
-    return TableQuery(source, info_schema, None if columns is None else tuple(columns), count, tuple(where))
+        raise QueryError("INVALID_ARGUMENT", f"Unsupported function {first}.{second}: expected spanner.read_json_<stream> in a PostgreSQL database")
+    if postgres or not first.upper().startswith("READ_"):
+        raise QueryError("INVALID_ARGUMENT", f"Unsupported function {first}: change streams are read with {'spanner.read_json_<stream>' if postgres else 'READ_<stream>'}")
+    if columns is not None and [c.lower() for c in columns] != ["changerecord"]:
+        raise QueryError("INVALID_ARGUMENT", "Change stream read functions return one column: SELECT ChangeRecord FROM READ_<stream>(...)")
+    return _stream_call(cur, first[len("READ_") :])
 
 
 def _stream_call(cur: Cursor, stream: str) -> ChangeStreamQuery:

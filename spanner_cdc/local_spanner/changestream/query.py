@@ -7,7 +7,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from spanner_cdc.local_spanner.changestream.partitions import Partition, PartitionSet, from_us, to_us
+from spanner_cdc.local_spanner.changestream.partitions import Partition, PartitionSet, from_us
 from spanner_cdc.local_spanner.changestream.streams import StreamState
 from spanner_cdc.local_spanner.clock import ServerClock
 from spanner_cdc.local_spanner.model import QueryError
@@ -67,11 +67,13 @@ def read_partition(
 ) -> Iterator[dict[str, Any]]:
     """Records of `partition` with commit timestamp in [start, end], heartbeats when idle, and its
     child partitions record if it ends within the range."""
-    clock = host.clock
     timestamps, records = partition.timestamps, partition.records
     position = bisect_left(timestamps, start)
     covered = start - 1  # every record of the partition <= covered has been yielded
-    last_output = to_us(clock.now()) - 1  # server time (as a frontier) of the last record yielded
+    # commit time up to which the reader knows it has everything: the start, then each record or heartbeat. Heartbeats
+    # follow commit time, not the wall clock, as in Cloud Spanner: a stretch of history longer than the heartbeat
+    # interval without a commit in this partition gets one, so a reader's watermark advances while it reads history
+    last_output = start - 1
     while not stop.is_set():
         with host.cond:
             _check_alive(stream)
@@ -85,11 +87,13 @@ def read_partition(
             limit = min(limit, partition_end - 1)
         if limit > covered:
             upto = bisect_right(timestamps, limit, position)
-            if upto > position:
-                for index in range(position, upto):
-                    yield {"data_change_record": records[index]}
-                position = upto
-                last_output = limit
+            for index in range(position, upto):
+                commit_us = timestamps[index]
+                if commit_us - 1 - last_output >= heartbeat_us:
+                    yield {"heartbeat_record": {"timestamp": from_us(commit_us - 1)}}
+                yield {"data_change_record": records[index]}
+                last_output = commit_us
+            position = upto
             covered = limit
         if partition_end is not None and frontier >= partition_end - 1 and (end is None or end >= partition_end):
             yield _child_partitions_record(stream.partitions, partition)

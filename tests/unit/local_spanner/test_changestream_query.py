@@ -186,3 +186,21 @@ def test_unknown_stream_and_token_are_not_found_naming_them() -> None:
         engine.query(DB, "s", "no-such-token", created, None, 1000, threading.Event())
     assert (stream.value.code, bad_token.value.code) == ("NOT_FOUND", "NOT_FOUND")
     assert "Nope" in str(stream.value) and "no-such-token" in str(bad_token.value)
+
+
+def test_history_gets_a_heartbeat_for_each_stretch_longer_than_the_interval_without_commits() -> None:
+    engine, clock, writer, created, token = setup()
+    clock.advance(timedelta(seconds=5))
+    first = writer.insert(SINGERS, {"SingerId": "1"}, {"FirstName": "a"})
+    clock.advance(timedelta(milliseconds=300))
+    second = writer.insert(SINGERS, {"SingerId": "2"}, {"FirstName": "b"})
+    clock.advance(timedelta(seconds=3))
+    third = writer.insert(SINGERS, {"SingerId": "3"}, {"FirstName": "c"})
+    clock.advance(timedelta(seconds=10))
+
+    records = drain(engine, token, created, third + timedelta(seconds=5), heartbeat_ms=1000)
+    kinds = [("heartbeat", r["heartbeat_record"]["timestamp"]) if "heartbeat_record" in r else ("data", r["data_change_record"]["commit_timestamp"])
+             for r in records]
+    # like Cloud Spanner, whose heartbeats say "nothing committed here since": they mark quiet stretches of history
+    # (5 s before the first commit, 3 s before the third), none between commits 0.3 s apart, none past the end
+    assert kinds == [("heartbeat", first - US), ("data", first), ("data", second), ("heartbeat", third - US), ("data", third)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spanner_cdc.local_spanner import sql
+from spanner_cdc.local_spanner import sql, sql_statements
 from spanner_cdc.local_spanner.model import QueryError
 
 
@@ -47,17 +47,20 @@ def test_postgresql_read_json_function(text: str) -> None:
 def test_metadata_queries_of_both_dialects() -> None:
     googlesql = sql.parse("SELECT OPTION_NAME, OPTION_VALUE\nFROM INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS\n"
                           "WHERE CHANGE_STREAM_NAME = @name", postgres=False)
-    assert googlesql == sql.TableQuery("CHANGE_STREAM_OPTIONS", True, ("OPTION_NAME", "OPTION_VALUE"), False,
-                                       (("CHANGE_STREAM_NAME", sql.Arg(param="name")),))
+    assert isinstance(googlesql, sql_statements.Select)
+    assert (googlesql.source, googlesql.info_schema) == ("CHANGE_STREAM_OPTIONS", True)
     postgres = sql.parse("select change_stream_name from information_schema.change_streams where change_stream_name = $1", postgres=True)
-    assert postgres == sql.TableQuery("change_streams", True, ("change_stream_name",), False,
-                                      (("change_stream_name", sql.Arg(param="p1")),))
+    assert isinstance(postgres, sql_statements.Select)
+    assert (postgres.source, postgres.info_schema) == ("change_streams", True)
 
 
-def test_simple_selects() -> None:
-    assert sql.parse("SELECT 1", postgres=False) == sql.LiteralSelect((1,))
-    assert sql.parse("SELECT * FROM Singers", postgres=False) == sql.TableQuery("Singers", False, None, False, ())
-    assert sql.parse("SELECT COUNT(*) FROM t WHERE k = $1", postgres=True) == sql.TableQuery("t", False, None, True, (("k", sql.Arg(param="p1")),))
+def test_selects_and_dml_go_to_the_sql_parser() -> None:
+    literal = sql.parse("SELECT 1", postgres=False)
+    assert isinstance(literal, sql_statements.Select) and literal.source is None
+    table = sql.parse("SELECT * FROM Singers@{FORCE_INDEX=SingersByName} WHERE Name > @n ORDER BY Name LIMIT 2", postgres=False)
+    assert isinstance(table, sql_statements.Select) and (table.source, table.index) == ("Singers", "SingersByName")
+    update = sql.parse("UPDATE T SET V = 1 WHERE K = 2", postgres=False)
+    assert isinstance(update, sql_statements.Dml) and (update.kind, update.table) == ("UPDATE", "T")
 
 
 @pytest.mark.parametrize(
@@ -66,7 +69,7 @@ def test_simple_selects() -> None:
         ("SELECT ChangeRecord FROM READ_S(start_timestamp => @s, colour => 'red')", "Unknown argument colour"),
         ("SELECT Foo FROM READ_S(@s, NULL, NULL, 1000)", "return one column"),
         ("SELECT ChangeRecord FROM READ_S(@a, @b, @c, @d, NULL, @f)", "Too many arguments"),
-        ("UPDATE T SET V = 1 WHERE K = 2", "expecting SELECT"),
+        ("CREATE TABLE T (K INT64) PRIMARY KEY (K)", "expected SELECT, INSERT, UPDATE or DELETE"),
         ("SELECT * FROM other.thing", "Unsupported name other.thing"),
     ],
 )
