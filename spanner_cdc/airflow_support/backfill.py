@@ -93,8 +93,8 @@ def _database_now(database: Any, dialect: str) -> dt.datetime:
         with database.snapshot() as snapshot:
             rows = list(snapshot.execute_sql(sql))
         return parse_datetime("database time", rows[0][0])
-    except gexc.InvalidArgument:
-        # Servers without SQL functions (the local server) still answer BeginTransaction with the strong
+    except (gexc.InvalidArgument, gexc.MethodNotImplemented):
+        # Servers without SQL time functions (the local server) still answer BeginTransaction with the strong
         # read timestamp, which is their "now"; the client keeps it on the snapshot.
         with database.snapshot(multi_use=True) as snapshot:
             snapshot.begin()
