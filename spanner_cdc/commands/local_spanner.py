@@ -1,4 +1,4 @@
-"""`spanner-cdc local-spanner`: run the local Spanner server, and force splits, merges and faults on a running one."""
+"""`spanner-cdc local-spanner`: run the local Spanner server, and force splits, merges, moves and faults on a running one."""
 
 from __future__ import annotations
 
@@ -40,6 +40,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         else:
             sub.add_argument("--token", action="append", dest="tokens", help="a partition to merge (repeat; default: a random adjacent pair)")
         sub.set_defaults(func=_split if action == "split" else _merge)
+    move = commands.add_parser(
+        "move", help="move a key range between neighbour partitions now (MUTABLE_KEY_RANGE streams)",
+        description="Half of the source partition's key range moves to its neighbour, the destination, on a running local server.",
+    )
+    _target_flags(move)
+    move.add_argument("--stream", required=True, help="change stream name (in partition_mode MUTABLE_KEY_RANGE)")
+    move.add_argument("--from", dest="source", help="the source partition token (with --to; default: a random neighbour pair)")
+    move.add_argument("--to", dest="destination", help="the destination partition token, a neighbour of --from")
+    move.set_defaults(func=_move)
     fail = commands.add_parser("fail", help="make the next change stream reads fail with UNAVAILABLE",
                                description="Fault injection: the next N change stream reads send K rows, then fail with UNAVAILABLE.")
     _target_flags(fail, database=False)
@@ -186,6 +195,15 @@ def _merge(args: argparse.Namespace) -> int:
     with _client(args) as client:
         token = client.merge(_database(args), args.stream, args.tokens)
     print(json.dumps({"child": token}))
+    return 0
+
+
+def _move(args: argparse.Namespace) -> int:
+    if (args.source is None) != (args.destination is None):
+        raise ConfigError("--from/--to", (args.source, args.destination), "both partition tokens, or neither")
+    tokens = None if args.source is None else [args.source, args.destination]
+    with _client(args) as client:
+        print(json.dumps({"partitions": client.move(_database(args), args.stream, tokens)}))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The local server's control protocol (fault injection, forced splits and merges, status): service and client."""
+"""The local server's control protocol (fault injection, forced splits, merges and moves, status): service and client."""
 
 from __future__ import annotations
 
@@ -45,6 +45,10 @@ class ControlService:
         tokens = request.get("tokens")
         return {"token": self.engine.merge(database, stream, tokens or None)}
 
+    def move(self, request: dict[str, Any]) -> dict[str, Any]:
+        database, stream = _required(request, "database"), _required(request, "stream")
+        return {"tokens": list(self.engine.move(database, stream, request.get("tokens") or None))}
+
     def handlers(self) -> grpc.GenericRpcHandler:
         def unary(method: Callable[[dict[str, Any]], dict[str, Any]]) -> grpc.RpcMethodHandler:
             def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -66,6 +70,7 @@ class ControlService:
                 "FailNextReads": unary(self.fail_next_reads),
                 "Split": unary(self.split),
                 "Merge": unary(self.merge),
+                "Move": unary(self.move),
                 "Status": unary(lambda _: self.status()),
             },
         )
@@ -107,6 +112,11 @@ class ControlClient:
     def merge(self, database: str, stream: str, tokens: Sequence[str] | None = None) -> str:
         """Merge partitions now (default: the engine's choice of neighbours); returns the child token."""
         return str(self._call("Merge", {"database": database, "stream": stream, "tokens": list(tokens or [])})["token"])
+
+    def move(self, database: str, stream: str, tokens: Sequence[str] | None = None) -> list[str]:
+        """Move half of tokens[0]'s key range to its neighbour tokens[1] now (MUTABLE_KEY_RANGE; default: the
+        engine's choice); returns the two partition tokens."""
+        return list(self._call("Move", {"database": database, "stream": stream, "tokens": list(tokens or [])})["tokens"])
 
     def status(self) -> dict[str, Any]:
         return self._call("Status", {})

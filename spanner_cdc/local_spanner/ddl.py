@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from spanner_cdc.local_spanner.lexer import Cursor
-from spanner_cdc.local_spanner.model import QueryError
+from spanner_cdc.local_spanner.model import PARTITION_MODES, QueryError
 from spanner_cdc.local_spanner.sql_types import googlesql_type, pg_type
 
 VALUE_CAPTURE_TYPES = ("OLD_AND_NEW_VALUES", "NEW_ROW", "NEW_VALUES", "NEW_ROW_AND_OLD_VALUES")
@@ -138,8 +138,8 @@ def check_stream_option(name: str, value: str | None) -> None:
             raise QueryError("INVALID_ARGUMENT", f"Invalid retention_period: {exc}") from None
         if not MIN_RETENTION <= retention <= MAX_RETENTION:
             raise QueryError("INVALID_ARGUMENT", f"Invalid retention_period {value!r}: expected between 1d and 30d")
-    if name == "partition_mode" and value != "IMMUTABLE_KEY_RANGE":
-        raise QueryError("INVALID_ARGUMENT", f"partition_mode {value!r} is not supported by the local Spanner server: expected IMMUTABLE_KEY_RANGE")
+    if name == "partition_mode" and value not in PARTITION_MODES:
+        raise QueryError("INVALID_ARGUMENT", f"Invalid partition_mode {value!r}: expected one of {', '.join(PARTITION_MODES)}")
     if name.startswith(("exclude_", "allow_")) and value not in ("true", "false"):
         raise QueryError("INVALID_ARGUMENT", f"Invalid value for {name}: {value!r}: expected true or false")
 

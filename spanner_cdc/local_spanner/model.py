@@ -8,6 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 DEFAULT_RETENTION = timedelta(days=1)
+PARTITION_MODES = ("IMMUTABLE_KEY_RANGE", "MUTABLE_KEY_RANGE")
+MUTABLE_KEY_RANGE = "MUTABLE_KEY_RANGE"
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,11 @@ class StreamDef:
 
     def tracks(self, table: str) -> bool:
         return self.tables is None or table in self.tables
+
+    @property
+    def mutable_key_range(self) -> bool:
+        """Created with partition_mode = 'MUTABLE_KEY_RANGE': long-lived partitions, proto records."""
+        return self.options.get("partition_mode") == MUTABLE_KEY_RANGE
 
 
 class QueryError(Exception):

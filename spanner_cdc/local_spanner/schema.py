@@ -258,6 +258,9 @@ class Schema:
                 options.pop(name, None)
             else:
                 options[name] = value
+        mode = (current.options.get("partition_mode", "IMMUTABLE_KEY_RANGE"), options.get("partition_mode", "IMMUTABLE_KEY_RANGE"))
+        if mode[0] != mode[1]:
+            raise QueryError("FAILED_PRECONDITION", f"Change stream {found}: partition_mode cannot be altered (it is {mode[0]})")
         stream = stream_def(found, tables, options, current.created_at)
         self.streams[found] = stream
         return ("alter_stream", stream)

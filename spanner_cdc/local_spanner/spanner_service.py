@@ -39,7 +39,8 @@ from spanner_cdc.local_spanner.mutations import MutationSet
 from spanner_cdc.local_spanner.queries import stream_arguments
 from spanner_cdc.local_spanner.query_partitions import Partitions
 from spanner_cdc.local_spanner.query_run import read_rows, run_select
-from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, pg_metadata
+from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, RecordEncoder, pg_metadata
+from spanner_cdc.local_spanner.record_proto import ProtoRecordEncoder, proto_metadata
 from spanner_cdc.local_spanner.sessions import Sessions
 from spanner_cdc.local_spanner.sql_statements import Dml, Select
 from spanner_cdc.local_spanner.statement_results import BatchStatement, Result, Selector, typed_params
@@ -308,14 +309,22 @@ class SpannerService:
         transaction_id: bytes, context: grpc.ServicerContext,
     ) -> Iterator[bytes]:
         stream = database.schema.stream(plan.stream)
-        function = f"spanner.read_json_{plan.stream}" if database.postgres else f"READ_{plan.stream}"
+        function = f"spanner.{plan.function}{plan.stream}" if database.postgres else f"READ_{plan.stream}"
         if stream is None:
             raise QueryError("INVALID_ARGUMENT", f"Table-valued function not found: {function} (no change stream {plan.stream} in {database.name})")
+        mutable = stream.mutable_key_range
+        if database.postgres and plan.function != ("read_proto_bytes_" if mutable else "read_json_"):
+            expected = f"spanner.{'read_proto_bytes_' if mutable else 'read_json_'}{plan.stream}"
+            mode = "MUTABLE_KEY_RANGE" if mutable else "IMMUTABLE_KEY_RANGE"
+            raise QueryError("INVALID_ARGUMENT", f"Table-valued function not found: {function} (change stream {plan.stream} is in partition_mode {mode}: read it with {expected})")
         start, end, token, heartbeat = stream_arguments(plan, params, function)
         resume = Position.parse(resume_token) if resume_token else None
         if resume is not None and resume.ts_us > 0 and resume.timestamp > start:
             start = resume.timestamp
-        if database.postgres:
+        encoder: RecordEncoder | None = None
+        if mutable:
+            encoded_metadata, encoder = proto_metadata(stream.name, database.postgres), ProtoRecordEncoder(database.postgres)
+        elif database.postgres:
             encoded_metadata = pg_metadata(stream.name)
         else:
             encoded_metadata = GOOGLESQL_METADATA
@@ -326,7 +335,9 @@ class SpannerService:
         stop = threading.Event()
         records = self.engine.query(database.name, stream.name, token, start, end, heartbeat, stop)
         context.add_callback(stop.set)
-        sender = ChangeStreamSender(records, stop, database.postgres, encoded_metadata, resume, self.faults.take(), context.is_active)
+        sender = ChangeStreamSender(
+            records, stop, database.postgres, encoded_metadata, resume, self.faults.take(), context.is_active, encoder
+        )
         with self._lock:
             self.active_reads += 1
         try:

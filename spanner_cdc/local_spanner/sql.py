@@ -25,11 +25,16 @@ class Arg:
 class ChangeStreamQuery:
     stream: str
     args: dict[str, Arg]
+    function: str = "READ_"  # or PostgreSQL's read_json_ / read_proto_bytes_ (MUTABLE_KEY_RANGE streams)
 
 
 Plan = ChangeStreamQuery | sql_statements.Statement
-# a change stream read function call: GoogleSQL READ_<stream>( or PostgreSQL spanner.read_json_<stream>(
-_STREAM_CALL = re.compile(r"""\bFROM\s+(?:[`"]?READ_\w+[`"]?|"?spanner"?\s*\.\s*"?read_json_\w+"?)\s*\(""", re.IGNORECASE)
+# a change stream read function call: GoogleSQL READ_<stream>( or PostgreSQL spanner.read_json_<stream>( /
+# spanner.read_proto_bytes_<stream>(
+_STREAM_CALL = re.compile(
+    r"""\bFROM\s+(?:[`"]?READ_\w+[`"]?|"?spanner"?\s*\.\s*"?read_(?:json|proto_bytes)_\w+"?)\s*\(""", re.IGNORECASE
+)
+PG_FUNCTIONS = ("read_json_", "read_proto_bytes_")
 
 
 def parse(text: str, postgres: bool) -> Plan:
@@ -45,9 +50,13 @@ def parse(text: str, postgres: bool) -> Plan:
     first = cur.identifier("a table or function name")
     if cur.accept_punct("."):
         second = cur.identifier("a function name")
-        if first.lower() == "spanner" and second.lower().startswith("read_json_") and postgres:
-            return _stream_call(cur, second[len("read_json_") :])
-        raise QueryError("INVALID_ARGUMENT", f"Unsupported function {first}.{second}: expected spanner.read_json_<stream> in a PostgreSQL database")
+        function = next((f for f in PG_FUNCTIONS if second.lower().startswith(f)), None)
+        if first.lower() == "spanner" and function is not None and postgres:
+            return _stream_call(cur, second[len(function) :], function)
+        raise QueryError(
+            "INVALID_ARGUMENT",
+            f"Unsupported function {first}.{second}: expected spanner.read_json_<stream> or spanner.read_proto_bytes_<stream> in a PostgreSQL database",
+        )
     if postgres or not first.upper().startswith("READ_"):
         raise QueryError("INVALID_ARGUMENT", f"Unsupported function {first}: change streams are read with {'spanner.read_json_<stream>' if postgres else 'READ_<stream>'}")
     if columns is not None and [c.lower() for c in columns] != ["changerecord"]:
@@ -55,7 +64,7 @@ def parse(text: str, postgres: bool) -> Plan:
     return _stream_call(cur, first[len("READ_") :])
 
 
-def _stream_call(cur: Cursor, stream: str) -> ChangeStreamQuery:
+def _stream_call(cur: Cursor, stream: str, function: str = "READ_") -> ChangeStreamQuery:
     cur.expect_punct("(")
     args: dict[str, Arg] = {}
     position = 0
@@ -79,7 +88,7 @@ def _stream_call(cur: Cursor, stream: str) -> ChangeStreamQuery:
             cur.expect_punct(")")
             break
     cur.expect_end()
-    return ChangeStreamQuery(stream, args)
+    return ChangeStreamQuery(stream, args, function)
 
 
 def _argument(cur: Cursor) -> Arg:

@@ -18,6 +18,7 @@ from typing import Any
 from spanner_cdc.local_spanner import wire
 from spanner_cdc.local_spanner.model import QueryError
 from spanner_cdc.local_spanner.record_bytes import FastRecordEncoder
+from spanner_cdc.local_spanner.record_encoding import RecordEncoder
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,9 @@ def record_position(record: dict[str, Any]) -> Position:
         return Position(_us(body["commit_timestamp"]), 0, body["record_sequence"])
     if kind == "heartbeat_record":
         return Position(_us(body["timestamp"]), 1, "")
-    return Position(_us(body["start_timestamp"]), 2, body["record_sequence"])
+    # the partition records of both modes follow data at their timestamp, ordered by their record sequence
+    at = body.get("start_timestamp") or body.get("commit_timestamp") or body["end_timestamp"]
+    return Position(_us(at), 2, body["record_sequence"])
 
 
 class FaultInjector:
@@ -132,9 +135,10 @@ class ChangeStreamSender:
         resume: Position | None,
         fail_after: int | None,
         is_active: Callable[[], bool],
+        encoder: RecordEncoder | None = None,
     ) -> None:
         self._records = records
-        self._encoder = FastRecordEncoder(postgres)
+        self._encoder = encoder or FastRecordEncoder(postgres)
         self._metadata = metadata
         self._resume = resume
         self._fail_after = fail_after

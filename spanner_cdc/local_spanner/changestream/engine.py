@@ -14,6 +14,7 @@ from typing import Any
 
 from spanner_cdc.local_spanner.changestream import codec
 from spanner_cdc.local_spanner.changestream.journal import Journal
+from spanner_cdc.local_spanner.changestream.mutable_query import read_mutable_partition, read_mutable_roots, view
 from spanner_cdc.local_spanner.changestream.partitions import Partition, from_us, to_us
 from spanner_cdc.local_spanner.changestream.policy import PartitionPolicy
 from spanner_cdc.local_spanner.changestream.query import read_partition, read_roots
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 # A timestamp handed out by the clock that has not reached commit() after this long (real seconds)
 # belongs to a commit that will never arrive (failed, or had nothing for the engine); stop waiting.
 STALE_TIMESTAMP_SECONDS = 2.0
+MUTABLE_MAX_RANGE_US = 30 * 60 * 1_000_000  # a MUTABLE_KEY_RANGE query reads at most 30 minutes
 
 
 class ChangeStreamEngine:
@@ -190,12 +192,43 @@ class ChangeStreamEngine:
                     f"start_timestamp {from_us(start_us).isoformat()} is outside the retention period "
                     f"({state.definition.retention}) of change stream {stream}; the earliest allowed is {earliest.isoformat()}",
                 )
+            if state.definition.mutable_key_range:
+                return self._mutable_query(state, token, start_us, end_us, heartbeat_ms, stop)
             if token is None:
                 return read_roots(self, state, start_us, stop)
             partition = state.partitions.get(token)
             if partition is None:
                 raise QueryError("NOT_FOUND", f"partition token {token!r} does not exist in change stream {stream}")
         return read_partition(self, state, partition, start_us, end_us, heartbeat_ms * 1000, stop)
+
+    def _mutable_query(
+        self, state: StreamState, token: str | None, start: int, end: int | None, heartbeat_ms: int, stop: threading.Event
+    ) -> Iterator[dict[str, Any]]:
+        """The rules of MUTABLE_KEY_RANGE queries: an end timestamp at most 30 minutes after the start."""
+        name = state.definition.name
+        if end is None:
+            raise QueryError(
+                "INVALID_ARGUMENT",
+                f"end_timestamp is required for change stream {name} (partition_mode MUTABLE_KEY_RANGE)",
+            )
+        if end - start > MUTABLE_MAX_RANGE_US:
+            raise QueryError(
+                "INVALID_ARGUMENT",
+                f"end_timestamp {from_us(end).isoformat()} is more than 30 minutes after start_timestamp "
+                f"{from_us(start).isoformat()} (change stream {name} is in partition_mode MUTABLE_KEY_RANGE)",
+            )
+        if token is None:
+            return read_mutable_roots(self, state, start, stop)
+        owner = view(state).owners.get(token)
+        if owner is None:
+            raise QueryError("NOT_FOUND", f"partition token {token!r} does not exist in change stream {name}")
+        if start < owner.start or (owner.end is not None and start > owner.end):
+            alive = f"{from_us(owner.start).isoformat()} to {'now' if owner.end is None else from_us(owner.end).isoformat()}"
+            raise QueryError(
+                "OUT_OF_RANGE",
+                f"start_timestamp {from_us(start).isoformat()} is outside partition {token} (alive from {alive})",
+            )
+        return read_mutable_partition(self, state, owner, start, end, heartbeat_ms * 1000, stop)
 
     @property
     def version(self) -> int:
@@ -239,13 +272,13 @@ class ChangeStreamEngine:
             if token is None:
                 parent = max(alive, key=lambda p: (p.hi - p.lo, -p.lo))
             else:
-                parent = self._alive_partition(state, token)
+                parent = self._alive_partition(state, self._segment_of(state, token))
             if parent.hi - parent.lo < 2:
                 raise QueryError(
                     "FAILED_PRECONDITION", f"partition {parent.token} covers a single key and cannot split"
                 )
             children = self._reshaper.split(state, parent, self.policy.split_ways)
-            return [child.token for child in children]
+            return self._public_tokens(state, children)
 
     def merge(self, db: str, stream: str, tokens: Sequence[str] | None = None) -> str:
         with self.cond:
@@ -258,13 +291,33 @@ class ChangeStreamEngine:
                     )
                 parents = self.policy.rng(db, stream, -1 - state.minted).choice(runs)
             else:
-                parents = [self._alive_partition(state, token) for token in dict.fromkeys(tokens)]
+                parents = [self._alive_partition(state, self._segment_of(state, t)) for t in dict.fromkeys(tokens)]
                 if len(parents) < 2 or not state.partitions.contiguous(parents):
                     raise QueryError(
                         "INVALID_ARGUMENT",
                         f"partitions {list(tokens)} cannot merge: give two or more alive partitions with adjacent key ranges",
                     )
-            return self._reshaper.merge(state, parents).token
+            return self._public_tokens(state, [self._reshaper.merge(state, parents)])[0]
+
+    def move(self, db: str, stream: str, tokens: Sequence[str] | None = None) -> list[str]:
+        """MUTABLE_KEY_RANGE: half of the first partition's key range moves to its neighbour, the second."""
+        with self.cond:
+            state = self._stream(db, stream)
+            if not state.definition.mutable_key_range:
+                raise QueryError("FAILED_PRECONDITION", f"change stream {stream} is not in partition_mode MUTABLE_KEY_RANGE: key ranges do not move")
+            if tokens is None:
+                runs = state.partitions.adjacent_runs(2)
+                if not runs:
+                    raise QueryError("FAILED_PRECONDITION", f"change stream {stream} has a single partition: nowhere to move keys")
+                source, destination = self.policy.rng(db, stream, -1 - state.minted).choice(runs)
+            elif len(tokens) == 2:
+                source, destination = (self._alive_partition(state, self._segment_of(state, t)) for t in tokens)
+            else:
+                raise QueryError("INVALID_ARGUMENT", f"move takes two partition tokens (source, destination), got {list(tokens)}")
+            pair = sorted((source, destination), key=lambda p: p.lo)
+            if pair[0].hi != pair[1].lo or source.hi - source.lo < 2:
+                raise QueryError("INVALID_ARGUMENT", f"cannot move keys from {tokens} : give two alive neighbour partitions, the source holding more than one key")
+            return self._public_tokens(state, self._reshaper.move(state, pair[0], pair[1], rightward=source is pair[0]))
 
     # ----------------------------------------------------------------- for queries
 
@@ -285,6 +338,19 @@ class ChangeStreamEngine:
         if state is None:
             raise QueryError("NOT_FOUND", f"change stream {name} does not exist in database {db}")
         return state
+
+    def _segment_of(self, state: StreamState, token: str) -> str:
+        """The alive segment of a MUTABLE_KEY_RANGE partition token (other tokens unchanged)."""
+        if not state.definition.mutable_key_range:
+            return token
+        owner = view(state).owners.get(token)
+        return token if owner is None or owner.end is not None else owner.segments[-1].token
+
+    def _public_tokens(self, state: StreamState, segments: Sequence[Partition]) -> list[str]:
+        if not state.definition.mutable_key_range:
+            return [s.token for s in segments]
+        owner_of = view(state).owner_of
+        return list(dict.fromkeys(owner_of[s.token] for s in segments))
 
     def _alive_partition(self, state: StreamState, token: str) -> Partition:
         partition = state.partitions.get(token)

@@ -17,7 +17,8 @@ class PartitionPolicy:
       `merge_idle` merge into one;
     - time: every `event_every` after the stream's creation, alternately a split (odd events) and a
       merge (even events) of a partition chosen with `seed`, so lineage changes on any workload that
-      spans a few `event_every`. At most `max_catchup_events` overdue events are applied at once
+      spans a few `event_every` (MUTABLE_KEY_RANGE streams cycle split, move, merge: a move shifts the
+      boundary between two neighbours, so a key range changes partition). At most `max_catchup_events` overdue events are applied at once
       (after a long idle period the older ones are skipped).
     """
 
@@ -65,8 +66,10 @@ class PartitionPolicy:
         return random.Random(f"{self.seed}\x00{db}\x00{stream}\x00{decision}")
 
     @staticmethod
-    def event_kind(index: int) -> str:
+    def event_kind(index: int, mutable: bool = False) -> str:
         """Kind of the index-th (1-based) time-based event."""
+        if mutable:
+            return ("merge", "split", "move")[index % 3]
         return "split" if index % 2 == 1 else "merge"
 
 

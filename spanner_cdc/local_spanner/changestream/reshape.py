@@ -66,6 +66,21 @@ class Reshaper:
         log.info("%s %s: merged at %s into %s", state.definition.name, ",".join(tokens), from_us(at), child.token)
         return child
 
+    def move(self, state: StreamState, left: Partition, right: Partition, rightward: bool) -> list[Partition]:
+        """Shift the boundary between two neighbours by half of one side: that key range changes partition."""
+        if left.hi != right.lo:
+            raise ValueError(f"{left.token} and {right.token} are not neighbours")
+        boundary = left.lo + (left.hi - left.lo) // 2 if rightward else right.lo + (right.hi - right.lo) // 2
+        at = self._time(state)
+        parents = (left.token, right.token)
+        children = [
+            Partition(token=self._mint(state), lo=lo, hi=hi, start=at, parents=parents)
+            for lo, hi in ((left.lo, boundary), (boundary, right.hi))
+        ]
+        self.reshape(state, at, list(parents), children)
+        log.info("%s %s: moved keys %s at %s", state.definition.name, ",".join(parents), "right" if rightward else "left", from_us(at))
+        return children
+
     def _time(self, state: StreamState) -> int:
         # after everything readers may have seen (no reader saw a heartbeat past the change), and
         # after the stream's previous change, so every partition lives at least one microsecond
@@ -123,7 +138,10 @@ class Reshaper:
     def _time_event(self, state: StreamState, index: int) -> None:
         policy = self.policy
         alive = state.partitions.alive
-        kind = policy.event_kind(index)
+        mutable = state.definition.mutable_key_range
+        kind = policy.event_kind(index, mutable)
+        if kind == "move" and len(alive) < 2:
+            kind = "split"
         if kind == "split" and len(alive) >= policy.max_partitions:
             kind = "merge"
         if kind == "merge" and len(alive) <= policy.min_partitions:
@@ -133,6 +151,11 @@ class Reshaper:
             self.split(state, rng.choice(alive), min(policy.split_ways, policy.max_partitions - len(alive) + 1))
         elif kind == "merge":
             self.merge(state, rng.choice(state.partitions.adjacent_runs(2)))
+        elif kind == "move":
+            left, right = rng.choice(state.partitions.adjacent_runs(2))
+            rightward = rng.random() < 0.5
+            if (left if rightward else right).hi - (left if rightward else right).lo >= 2:
+                self.move(state, left, right, rightward)
 
     def _mint(self, state: StreamState) -> str:
         state.minted += 1

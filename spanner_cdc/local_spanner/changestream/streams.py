@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from spanner_cdc.local_spanner.changestream.mutable import MutableView
 from spanner_cdc.local_spanner.changestream.partitions import PartitionSet
 from spanner_cdc.local_spanner.model import QueryError, StreamDef, TableInfo
 from spanner_cdc.records import VALUE_CAPTURE_TYPES
@@ -22,6 +23,7 @@ class StreamState:
     events_done: int = 0  # time-based policy events consumed
     last_reshape: int = 0  # µs of the latest split or merge
     dropped: bool = False
+    mutable_view: MutableView | None = None  # MUTABLE_KEY_RANGE owners, rebuilt after reshapes
 
 
 def same_definition(a: StreamDef, b: StreamDef) -> bool:
