@@ -71,7 +71,7 @@ def _postgres_url(name: str, value: Any) -> str | None:
         return None
     text = str(value)
     if not re.match(r"^postgres(ql)?(\+\w+)?://", text):
-        from spanner_cdc.store_url import mask_password  # no setting's error may echo a secret
+        from spanner_cdc.store.url import mask_password  # no setting's error may echo a secret
 
         raise ConfigError(name, mask_password(text), "a Postgres URL such as postgresql://user:pass@host:5432/db")
     return text

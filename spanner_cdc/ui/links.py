@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from spanner_cdc.airflow_support.backfill import backfill_namespace
+from spanner_cdc.orchestration.backfill import backfill_namespace
 from spanner_cdc.ui.view import LineageView
 
 HOURLY_PREFIX = "spanner_cdc_hourly__"

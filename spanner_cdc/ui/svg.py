@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from html import escape
 
+from spanner_cdc.ui.graph_layout import NODE_HEIGHT, NODE_WIDTH, NodeInput, layout
 from spanner_cdc.ui.health import parent_map, splits_and_merges
-from spanner_cdc.ui.layout import NODE_HEIGHT, NODE_WIDTH, NodeInput, layout
 from spanner_cdc.ui.view import StreamView
 
 # Fill and text colour per state, close to Airflow's task-state palette so operators read them the same way.

@@ -1,6 +1,6 @@
 import pytest
 
-from spanner_cdc import cli
+from spanner_cdc.cli import main as cli
 from spanner_cdc.errors import SpannerCdcError
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.mapping import row_mapper
-from spanner_cdc.records import (
+from spanner_cdc.source.decode import row_mapper
+from spanner_cdc.source.records import (
     ChangeRecord,
     ChildPartition,
     ChildPartitionsRecord,

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from spanner_cdc import extract, pipeline
-from spanner_cdc.commands.extract import ProgressLine, describe, resolve_settings
+from spanner_cdc.cli.commands.extract import ProgressLine, describe, resolve_settings
 from spanner_cdc.errors import ConfigError, ExtractError, RetentionError, SourceError, UsageError
-from spanner_cdc.planning import check_retention, effective_start, human
+from spanner_cdc.extract import token as extract
+from spanner_cdc.extract import window as pipeline
+from spanner_cdc.extract.planning import check_retention, effective_start, human
 from spanner_cdc.store.models import Claim
 
 S = datetime(2024, 5, 1, 10, tzinfo=UTC)

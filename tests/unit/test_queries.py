@@ -9,7 +9,7 @@ from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud.spanner_v1 import TypeCode
 
 from spanner_cdc.errors import ConfigError, UsageError
-from spanner_cdc.queries import build_query, validate_heartbeat, validate_stream_name
+from spanner_cdc.source.queries import build_query, validate_heartbeat, validate_stream_name
 
 START = datetime(2022, 5, 1, 9, 0, 0, tzinfo=UTC)
 END = datetime(2022, 5, 1, 10, 0, 0, tzinfo=UTC)

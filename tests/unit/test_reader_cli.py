@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spanner_cdc.commands.read import format_text, parse_timestamp, write_records
+from spanner_cdc.cli.commands.read import format_text, parse_timestamp, write_records
 from spanner_cdc.errors import ConfigError
 from tests.unit.test_mapping import EXPECTED
 

@@ -10,7 +10,7 @@ import pytest
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 
 from spanner_cdc.errors import SourceError
-from spanner_cdc.spanner_client import detect_dialect, format_retention, parse_retention, stream_created_at
+from spanner_cdc.source.client import detect_dialect, format_retention, parse_retention, stream_created_at
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.settings import Settings, load_settings
-from spanner_cdc.streams import load_streams, parse_stream
+from spanner_cdc.stream_config import load_streams, parse_stream
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "streams.example.toml"
 

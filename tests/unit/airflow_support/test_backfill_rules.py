@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from spanner_cdc.airflow_support.backfill import backfill_namespace, check_range, hourly_windows, windows_to_read
 from spanner_cdc.errors import ConfigError
+from spanner_cdc.orchestration.backfill import backfill_namespace, check_range, hourly_windows, windows_to_read
 from spanner_cdc.settings import IDENTIFIER
 
 UTC = dt.UTC

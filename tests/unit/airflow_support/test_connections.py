@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.airflow_support import connections
 from spanner_cdc.errors import ConfigError
+from spanner_cdc.orchestration import connections
 from spanner_cdc.settings import Settings
 
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from spanner_cdc.airflow_support.failures import fail_fast
 from spanner_cdc.errors import ConfigError, ExtractError, NotFound, RetentionError, SourceError, StoreUnreachable
+from spanner_cdc.orchestration.failures import fail_fast
 
 
 def _raising(exc: Exception) -> Callable[[], None]:

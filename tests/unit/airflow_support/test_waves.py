@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from spanner_cdc.airflow_support import waves
+from spanner_cdc.orchestration import waves
 
 
 @dataclass

@@ -2,8 +2,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spanner_cdc.store import rules
-from spanner_cdc.store.rules import State
+from spanner_cdc.lineage import rules
+from spanner_cdc.lineage.rules import State
 
 T0 = datetime(2025, 1, 1, 12, tzinfo=UTC)
 US = timedelta(microseconds=1)

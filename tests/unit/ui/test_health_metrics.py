@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from spanner_cdc.airflow_support.backfill import backfill_namespace
-from spanner_cdc.store.rules import State
+from spanner_cdc.lineage.rules import State
+from spanner_cdc.orchestration.backfill import backfill_namespace
 from spanner_cdc.ui.health import lag_seconds, splits_and_merges, state_counts, stuck
 from spanner_cdc.ui.links import lineage_for_dag
 from spanner_cdc.ui.metrics import render_metrics

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 import xml.etree.ElementTree as ET
 
-from spanner_cdc.store.rules import State
-from spanner_cdc.ui.layout import NODE_WIDTH, NodeInput, layout
+from spanner_cdc.lineage.rules import State
+from spanner_cdc.ui.graph_layout import NODE_WIDTH, NodeInput, layout
 from spanner_cdc.ui.svg import render_lineage_svg, short_token
 from tests.unit.ui.sample import T0, partition, sample_view
 
