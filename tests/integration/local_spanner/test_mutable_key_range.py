@@ -12,7 +12,7 @@ from google.api_core import exceptions
 from google.cloud.spanner_v1 import param_types
 from google.cloud.spanner_v1.types import ChangeStreamRecord, TypeCode
 
-from spanner_cdc.local_spanner.launcher import LocalSpanner
+from spanner_cdc.devstack.spanner_server import LocalSpanner
 
 pytestmark = pytest.mark.integration
 
