@@ -1,4 +1,4 @@
-"""The spec's query workflow in-process: the root query, then every child partition, merges after all parents."""
+"""The spec's query workflow in-process: the root query, then every child (merges after all parents) or started partition."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from spanner_cdc.errors import SourceError
 from spanner_cdc.source.queries import validate_window
 from spanner_cdc.source.record_json import rfc3339
-from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord
+from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, PartitionStartRecord
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ class AllPartitions:
                 if kind == "record":
                     if isinstance(payload, ChildPartitionsRecord):
                         outstanding += self._register(token, payload)
+                    elif isinstance(payload, PartitionStartRecord):
+                        outstanding += self._register_started(payload)
                     yield token, payload
                 elif kind == "done":
                     outstanding -= 1
@@ -108,6 +110,14 @@ class AllPartitions:
                     known.start = min(known.start, record.start_timestamp)
         # root partitions have no parent query to wait for; other children wait for their parents' end
         return self._schedule_ready() if parent is None else 0
+
+    def _register_started(self, record: PartitionStartRecord) -> int:
+        """MUTABLE_KEY_RANGE: a started partition is read at once from its start (each token once); key
+        ranges moving into it come with move-in events, which this debugging workflow does not wait on."""
+        for token in record.partition_tokens:
+            if token not in self._partitions:
+                self._partitions[token] = _Partition(token, record.start_timestamp, set())
+        return self._schedule_ready()
 
     def _schedule_ready(self) -> int:
         launched = 0

@@ -80,8 +80,11 @@ def build_query(
     start: datetime,
     end: datetime | None,
     heartbeat_ms: int,
+    *,
+    mutable: bool = False,
 ) -> ChangeStreamQuery:
-    """The spec's read-function query for one partition (token None = the first, root query)."""
+    """The spec's read-function query for one partition (token None = the first, root query); `mutable`: the
+    stream is in MUTABLE_KEY_RANGE partition mode (PostgreSQL reads it with read_proto_bytes_, not read_json_)."""
     stream = validate_stream_name(stream)
     dialect = validate_dialect(dialect)
     heartbeat_ms = validate_heartbeat(heartbeat_ms)
@@ -98,7 +101,8 @@ def build_query(
         )
         names = ("start_timestamp", "end_timestamp", "partition_token", "heartbeat_milliseconds")
     else:
-        sql = f'SELECT * FROM "spanner"."read_json_{stream}"($1, $2, $3, $4, null)'
+        function = "read_proto_bytes_" if mutable else "read_json_"
+        sql = f'SELECT * FROM "spanner"."{function}{stream}"($1, $2, $3, $4, null)'
         names = ("p1", "p2", "p3", "p4")
     values = (start_utc, end_utc, token, heartbeat_ms)
     types = (param_types.TIMESTAMP, param_types.TIMESTAMP, param_types.STRING, param_types.INT64)

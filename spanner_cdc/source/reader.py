@@ -12,6 +12,8 @@ from google.api_core import exceptions as gexc
 
 from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError
 from spanner_cdc.source.decode import lazy_decode, row_mapper
+from spanner_cdc.source.decode_proto import proto_row_mapper
+from spanner_cdc.source.partition_mode import MUTABLE_KEY_RANGE, validate_partition_mode
 from spanner_cdc.source.queries import (
     build_query,
     validate_dialect,
@@ -20,11 +22,12 @@ from spanner_cdc.source.queries import (
     validate_window,
 )
 from spanner_cdc.source.record_json import rfc3339
-from spanner_cdc.source.records import ChangeRecord, DataChangeRecord, HeartbeatRecord
+from spanner_cdc.source.records import ChangeRecord, DataChangeRecord, HeartbeatRecord, PartitionEndRecord
 
 log = logging.getLogger(__name__)
 
 ONE_MICROSECOND = timedelta(microseconds=1)
+MUTABLE_MAX_QUERY = timedelta(minutes=30)  # a MUTABLE_KEY_RANGE query's end is at most 30 minutes after its start
 # errors the client surfaces without resuming the stream itself (it resumes UNAVAILABLE and some
 # INTERNAL resets on its own; when they still surface, e.g. while opening the session, re-query too)
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
@@ -108,6 +111,7 @@ class PartitionReader:
         request_tag: str | None = None,
         priority: str | None = None,
         max_resumes: int = 20,
+        partition_mode: str = "auto",
     ) -> None:
         self.database = database
         self.stream = validate_stream_name(stream)
@@ -117,6 +121,7 @@ class PartitionReader:
         self.max_resumes = max_resumes
         self.resumes = 0  # re-queries made after transient failures, over this reader's life
         self._sleep: Callable[[float], None] = time.sleep
+        self._partition_mode = None if str(partition_mode).lower() == "auto" else validate_partition_mode(partition_mode)
 
     @property
     def dialect(self) -> str:
@@ -126,11 +131,42 @@ class PartitionReader:
             self._dialect = detect_dialect(self.database)
         return self._dialect
 
+    @property
+    def partition_mode(self) -> str:
+        """IMMUTABLE_KEY_RANGE or MUTABLE_KEY_RANGE: the configured one, else asked from the database once."""
+        if self._partition_mode is None:
+            from spanner_cdc.source.partition_mode import detect_partition_mode
+
+            self._partition_mode = detect_partition_mode(self.database, self.stream, self.dialect)
+        return self._partition_mode
+
+    @property
+    def mutable(self) -> bool:
+        return self.partition_mode == MUTABLE_KEY_RANGE
+
     def read(self, token: str | None, start: datetime, end: datetime | None) -> Iterator[ChangeRecord]:
         """Records of the partition in commit order, lazily; arguments are checked before returning."""
         start, end = validate_window(start, end)
         build_query(self.stream, self.dialect, token, start, end, self.heartbeat_ms)  # checks the rest now
         return self._read(token, start, end)
+
+    def _slices(self, token: str | None, start: datetime, end: datetime | None) -> Iterator[ChangeRecord]:
+        """One query, or in MUTABLE_KEY_RANGE mode consecutive queries of at most 30 minutes each (the mode's
+        rule), until `end` or the partition's end record."""
+        if not self.mutable:
+            yield from self._query(token, start, end)
+            return
+        while True:
+            limit = start + MUTABLE_MAX_QUERY
+            slice_end = limit if end is None or end > limit else end
+            last = token is None or slice_end == end  # the root query answers at once, whatever its end
+            ended = False
+            for record in self._query(token, start, slice_end):
+                ended = ended or type(record) is PartitionEndRecord
+                yield record
+            if last or ended:
+                return
+            start = slice_end + ONE_MICROSECOND
 
     def _read(self, token: str | None, start: datetime, end: datetime | None) -> Iterator[ChangeRecord]:
         progress = _Progress()
@@ -139,7 +175,7 @@ class PartitionReader:
         while True:
             delivered = 0
             try:
-                for record in self._query(token, query_start, end):
+                for record in self._slices(token, query_start, end):
                     if progress.admit(record):
                         delivered += 1
                         yield record
@@ -167,7 +203,8 @@ class PartitionReader:
                 raise self._error(exc, token, query_start) from None
 
     def _query(self, token: str | None, start: datetime, end: datetime | None) -> Iterator[ChangeRecord]:
-        query = build_query(self.stream, self.dialect, token, start, end, self.heartbeat_ms)
+        mutable = self.mutable
+        query = build_query(self.stream, self.dialect, token, start, end, self.heartbeat_ms, mutable=mutable)
         log.debug("%s %s: querying from %s to %s", self.stream, token, rfc3339(start), end and rfc3339(end))
         with self.database.snapshot() as snapshot:
             results = snapshot.execute_sql(
@@ -176,12 +213,12 @@ class PartitionReader:
                 param_types=query.param_types,
                 request_options=self._request_options,
                 timeout=None,  # a change stream query lives as long as its window; the client's default is 1 h
-                lazy_decode=lazy_decode(self.dialect),
+                lazy_decode=mutable or lazy_decode(self.dialect),
             )
             mapper = None
             for row in results:
                 if mapper is None:  # the metadata arrives with the first message
-                    mapper = row_mapper(self.dialect, results.fields)
+                    mapper = proto_row_mapper(results.fields) if mutable else row_mapper(self.dialect, results.fields)
                 yield from mapper(row)
 
     def _error(self, exc: gexc.GoogleAPICallError, token: str | None, start: datetime) -> Exception:

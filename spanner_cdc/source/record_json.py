@@ -5,7 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
+from spanner_cdc.source.records import (
+    ChangeRecord,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+    PartitionEndRecord,
+    PartitionEventRecord,
+    PartitionStartRecord,
+)
 
 
 def rfc3339(value: datetime) -> str:
@@ -57,5 +65,29 @@ def record_to_json(record: ChangeRecord, token: str | None) -> dict[str, Any]:
                 {"token": c.token, "parent_partition_tokens": list(c.parent_partition_tokens)}
                 for c in record.child_partitions
             ],
+        }
+    if isinstance(record, PartitionStartRecord):
+        return {
+            "kind": "partition_start",
+            "partition_token": token,
+            "start_timestamp": rfc3339(record.start_timestamp),
+            "record_sequence": record.record_sequence,
+            "partition_tokens": list(record.partition_tokens),
+        }
+    if isinstance(record, PartitionEndRecord):
+        return {
+            "kind": "partition_end",
+            "partition_token": token,
+            "end_timestamp": rfc3339(record.end_timestamp),
+            "record_sequence": record.record_sequence,
+        }
+    if isinstance(record, PartitionEventRecord):
+        return {
+            "kind": "partition_event",
+            "partition_token": token,
+            "commit_timestamp": rfc3339(record.commit_timestamp),
+            "record_sequence": record.record_sequence,
+            "move_in_events": [{"source_partition_token": t} for t in record.move_in_from],
+            "move_out_events": [{"destination_partition_token": t} for t in record.move_out_to],
         }
     raise TypeError(f"not a change record: {type(record).__name__}")

@@ -1,4 +1,4 @@
-"""Immutable model of the three change stream record kinds, independent of SQL dialect."""
+"""Immutable model of the change stream record kinds of both partition modes, independent of SQL dialect."""
 
 from __future__ import annotations
 
@@ -85,4 +85,55 @@ class ChildPartitionsRecord:
         return self.start_timestamp
 
 
-ChangeRecord = DataChangeRecord | HeartbeatRecord | ChildPartitionsRecord
+@dataclass(frozen=True, slots=True)
+class PartitionStartRecord:
+    """MUTABLE_KEY_RANGE: partitions to read from `start_timestamp` on (the root query's, or new ones)."""
+
+    start_timestamp: datetime
+    record_sequence: str
+    partition_tokens: tuple[str, ...]
+
+    kind = "partition_start"
+
+    @property
+    def timestamp(self) -> datetime:
+        return self.start_timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEndRecord:
+    """MUTABLE_KEY_RANGE: the partition's last record; all its changes are at or before `end_timestamp`."""
+
+    end_timestamp: datetime
+    record_sequence: str
+    partition_token: str
+
+    kind = "partition_end"
+
+    @property
+    def timestamp(self) -> datetime:
+        return self.end_timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEventRecord:
+    """MUTABLE_KEY_RANGE: key ranges moved into the partition (from `move_in_from`) or out of it (to
+    `move_out_to`) at `commit_timestamp`."""
+
+    commit_timestamp: datetime
+    record_sequence: str
+    partition_token: str
+    move_in_from: tuple[str, ...]
+    move_out_to: tuple[str, ...]
+
+    kind = "partition_event"
+
+    @property
+    def timestamp(self) -> datetime:
+        return self.commit_timestamp
+
+
+ChangeRecord = (
+    DataChangeRecord | HeartbeatRecord | ChildPartitionsRecord | PartitionStartRecord | PartitionEndRecord | PartitionEventRecord
+)
+PartitionRecord = PartitionStartRecord | PartitionEndRecord | PartitionEventRecord

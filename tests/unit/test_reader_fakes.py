@@ -72,6 +72,7 @@ class FakeDatabase:
     calls: list[Call] = field(default_factory=list)
     open_snapshots: int = 0
     name: str = "projects/p/instances/i/databases/d"
+    mode_queries: int = 0
 
     def snapshot(self, **kw: Any) -> FakeDatabase._Checkout:
         assert not kw, "a change stream query needs a strong single-use snapshot, the default"
@@ -96,6 +97,9 @@ class FakeDatabase:
         def execute_sql(self, sql: str, **kw: Any) -> FakeResults:
             assert not self.checkout.used, "a single-use snapshot runs one query only"
             self.checkout.used = True
+            if "change_stream_options" in sql.lower():  # the reader asks the partition mode once: not set, immutable
+                self.db.mode_queries += 1
+                return iter(())  # type: ignore[return-value]
             call = Call(sql, kw["params"], kw["param_types"], kw.get("request_options"), kw.get("timeout", "DEFAULT"))
             self.db.calls.append(call)
             start_key, end_key = ("p1", "p2") if self.db.dialect == "POSTGRESQL" else ("start_timestamp", "end_timestamp")

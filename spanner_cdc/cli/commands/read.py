@@ -14,7 +14,15 @@ from typing import TextIO
 from spanner_cdc.cli.commands._flags import add_dialect_flag, add_spanner_flags, int_or_text
 from spanner_cdc.errors import ConfigError, RetentionError, UsageError
 from spanner_cdc.source.record_json import record_to_json, rfc3339
-from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
+from spanner_cdc.source.records import (
+    ChangeRecord,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+    PartitionEndRecord,
+    PartitionEventRecord,
+    PartitionStartRecord,
+)
 
 ORDER = 20
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
@@ -46,7 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "read",
         help="print change records of a stream (one partition or all)",
         description="Run change stream queries and print the records as they come. Without --token or "
-        "--all-partitions, runs the first (NULL-token) query, which returns the root partitions.",
+        "--all-partitions, runs the first (NULL-token) query, which returns the root partitions. Streams of "
+        "either partition mode are read (asked from the database): IMMUTABLE_KEY_RANGE streams yield "
+        "child_partitions records, MUTABLE_KEY_RANGE streams partition_start / partition_event / partition_end "
+        "records (read in queries of at most 30 minutes each, as that mode requires).",
     )
     add_spanner_flags(parser)
     parser.add_argument("--stream", help="change stream name (SPANNER_CDC_STREAM)")
@@ -55,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--token", help="read this partition token")
     which.add_argument(
-        "--all-partitions", action="store_true", help="run the whole query workflow: roots, then every child"
+        "--all-partitions", action="store_true",
+        help="run the whole query workflow: roots, then every child (or every started partition)",
     )
     # a bad value is refused by load_settings, in the same words as through SPANNER_CDC_* (with the range)
     parser.add_argument("--heartbeat-ms", type=int_or_text, help="heartbeat_milliseconds, 1000..300000 (default 10000)")
@@ -74,6 +86,14 @@ def format_text(token: str | None, record: ChangeRecord) -> str:
         )
     if isinstance(record, HeartbeatRecord):
         return f"{rfc3339(record.timestamp)} {token} heartbeat"
+    if isinstance(record, PartitionStartRecord):
+        tokens = " ".join(record.partition_tokens)
+        return f"{rfc3339(record.start_timestamp)} {token} partition_start seq={record.record_sequence} {tokens}"
+    if isinstance(record, PartitionEndRecord):
+        return f"{rfc3339(record.end_timestamp)} {token} partition_end seq={record.record_sequence}"
+    if isinstance(record, PartitionEventRecord):
+        moves = [f"in<-{t}" for t in record.move_in_from] + [f"out->{t}" for t in record.move_out_to]
+        return f"{rfc3339(record.commit_timestamp)} {token} partition_event seq={record.record_sequence} {' '.join(moves)}"
     assert isinstance(record, ChildPartitionsRecord)
     kids = " ".join(f"{c.token}<-[{','.join(c.parent_partition_tokens)}]" for c in record.child_partitions)
     return f"{rfc3339(record.start_timestamp)} {token} child_partitions seq={record.record_sequence} {kids}"
