@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, task
 
-from spanner_cdc.orchestration import SPANNER_POOL
+from spanner_cdc.names import BACKFILL_DAG_ID, SPANNER_POOL
 from spanner_cdc.settings import load_settings
 from spanner_cdc.stream_config import load_streams
 
@@ -69,7 +69,7 @@ def _params() -> dict[str, Param]:
 
 
 with DAG(
-    dag_id="spanner_cdc_backfill",
+    dag_id=BACKFILL_DAG_ID,
     schedule=None,
     start_date=dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
     catchup=False,

@@ -16,7 +16,7 @@ from airflow.sdk import (
     task,
 )
 
-from spanner_cdc.orchestration import SPANNER_POOL
+from spanner_cdc.names import LIVE_NAMESPACE, SPANNER_POOL, landed_asset_name
 from spanner_cdc.settings import load_settings
 from spanner_cdc.stream_config import StreamConfig, load_streams
 
@@ -44,10 +44,10 @@ tokens are pending). Configuration: the `[streams.{name}]` table of `$SPANNER_CD
 
 def landed_asset(config: StreamConfig) -> Asset:
     return Asset(
-        name=f"spanner_cdc_landed__{config.name}",
-        uri=f"spanner-cdc://{config.change_stream}/live",
+        name=landed_asset_name(config.name),
+        uri=f"spanner-cdc://{config.change_stream}/{LIVE_NAMESPACE}",
         group="spanner-cdc",
-        extra={"stream": config.change_stream, "namespace": "live"},
+        extra={"stream": config.change_stream, "namespace": LIVE_NAMESPACE},
     )
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.settings import DIALECTS, IDENTIFIER, Settings
+from spanner_cdc.names import IDENTIFIER, hourly_dag_id
+from spanner_cdc.settings import DIALECTS, Settings
 
 CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 DATETIME_HINT = "an ISO 8601 date-time such as 2024-01-01T00:00:00Z (no zone means UTC)"
@@ -36,7 +37,7 @@ class StreamConfig:
 
     @property
     def dag_id(self) -> str:
-        return f"spanner_cdc_hourly__{self.name}"
+        return hourly_dag_id(self.name)
 
     def settings(self, base: Settings) -> Settings:
         """`base` with this stream's values on top: per-stream values win over the global ones."""
@@ -53,7 +54,7 @@ def _label(stream: str, key: str) -> str:
 
 
 def _identifier(label: str, value: Any) -> str:
-    if not isinstance(value, str) or not IDENTIFIER.match(value):
+    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value):
         raise ConfigError(label, value, "an identifier: a letter or _, then letters, digits or _")
     return value
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from spanner_cdc.devstack import embedded_pg
 from spanner_cdc.errors import SpannerCdcError
-from spanner_cdc.orchestration import SPANNER_POOL
+from spanner_cdc.names import SPANNER_POOL
 from spanner_cdc.settings import Settings
 
 log = logging.getLogger(__name__)

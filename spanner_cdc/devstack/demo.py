@@ -15,6 +15,7 @@ from typing import Any
 
 from spanner_cdc.devstack import airflow_env, embedded_pg
 from spanner_cdc.devstack.demo_summary import DemoSummary, summarize
+from spanner_cdc.names import hourly_dag_id
 from spanner_cdc.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -182,11 +183,11 @@ def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSu
         server.restart()
         write_streams_config(paths.config, first)
         extra = demo_env(paths, lineage_url, server.host, settings)
-        _say(echo, f"4/5 Airflow: spanner_cdc_hourly__{STREAM_NAME}, one run per hour and one for the hour after "
+        _say(echo, f"4/5 Airflow: {hourly_dag_id(STREAM_NAME)}, one run per hour and one for the hour after "
                    "(dag.test)")
         # One run more than the history: the next hour's run finishes a window an earlier run left open.
         run_windows = [*windows, (windows[-1][1], windows[-1][1] + HOUR)]
-        job = {"dag_id": f"spanner_cdc_hourly__{STREAM_NAME}", "windows": [[s.isoformat(), e.isoformat()] for s, e in run_windows]}
+        job = {"dag_id": hourly_dag_id(STREAM_NAME), "windows": [[s.isoformat(), e.isoformat()] for s, e in run_windows]}
         runs = airflow_env.run_dags(
             env, [job], extra_env=extra, log_path=paths.logs / "airflow.log", retries=1,
             on_progress=None if echo is None else (lambda line: _say(echo, "  " + line)),

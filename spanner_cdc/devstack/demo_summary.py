@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from spanner_cdc.devstack.demo_truth import Identity, identity, stamp
-
-NAMESPACE = "live"
+from spanner_cdc.names import LIVE_NAMESPACE, hourly_dag_id
 
 
 def published_files(root: Path) -> list[Path]:
@@ -86,7 +85,7 @@ class DemoSummary:
                 f"  [{w['start']}, {w['end']})  {w['state']:<8}  {w['records']} rows in {w['files']} files, "
                 f"{w['transactions']} transactions checked; closed by {w['closed_by']}"
             )
-        lines.append("DAG runs of spanner_cdc_hourly__demo:")
+        lines.append(f"DAG runs of {hourly_dag_id('demo')}:")
         for run in self.runs:
             lines.append(f"  [{run['start']}, {run['end']})  {run['state']:<8}  {run['tasks']} tasks, {run['seconds']} s")
         states = ", ".join(f"{count} {state}" for state, count in sorted(self.partitions.items()))
@@ -136,7 +135,7 @@ def summarize(
     from spanner_cdc.store.render import render
 
     with MetadataStore.connect(lineage_url) as store:
-        lineage = store.get_lineage(stream, NAMESPACE)
+        lineage = store.get_lineage(stream, LIVE_NAMESPACE)
         graph = store.graph(lineage.id)
         stored = {(w.start, w.end): w for w in store.windows(lineage.id)}
     run_rows = [
@@ -164,7 +163,7 @@ def summarize(
             "transactions": check.get("transactions"),
             "closed_by": "its own run" if own_close else ("the next run's catch_up" if row and row.state == "COMPLETE" else "-"),
         })
-    lake = paths.lake / stream / NAMESPACE
+    lake = paths.lake / stream / LIVE_NAMESPACE
     files = published_files(lake)
     first, last = stamp(windows[0][0]), stamp(windows[-1][1])
     rows = lake_identities(files)
@@ -179,7 +178,7 @@ def summarize(
         notes.append("this run of the workload produced no split or no merge; raise --transactions or --hours")
     return DemoSummary(
         stream=stream,
-        namespace=NAMESPACE,
+        namespace=LIVE_NAMESPACE,
         lake=str(lake),
         windows=window_rows,
         partitions=dict(partitions),

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from spanner_cdc.errors import StoreNotConfigured, StoreUnreachable
+from spanner_cdc.errors import StoreUnreachable
 
 if TYPE_CHECKING:
     from spanner_cdc.settings import Settings
@@ -246,14 +246,3 @@ def with_dev_store(settings: Settings) -> Settings:
     return dataclasses.replace(settings, metadata_url=metadata_url(settings.home, None))
 
 
-NOT_CONFIGURED = (
-    "no metadata store configured: set the Airflow connection spanner_cdc_metadata or SPANNER_CDC_METADATA_URL "
-    "(a Postgres URL such as postgresql://user:pass@host:5432/db)"
-)
-
-
-def require_metadata_url(configured: str | None) -> str:
-    """The configured metadata store URL, or StoreNotConfigured: outside the dev stack nothing is started."""
-    if not configured:
-        raise StoreNotConfigured(NOT_CONFIGURED)
-    return configured

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.source.records import VALUE_CAPTURE_TYPES
+from spanner_cdc.names import VALUE_CAPTURE_TYPES
 
 GOOGLE_STANDARD_SQL, POSTGRESQL = "GOOGLE_STANDARD_SQL", "POSTGRESQL"
 _GSQL_TYPES = {"STRING": "STRING(MAX)", "BYTES": "BYTES(MAX)", "ARRAY<STRING>": "ARRAY<STRING(MAX)>"}

@@ -19,6 +19,7 @@ from spanner_cdc.errors import ExtractError, SpannerCdcError
 from spanner_cdc.lake.layout import JOURNAL_NAME, LakeLayout, compact_time
 from spanner_cdc.lake.publish import clear_journal, clear_staging, publish, read_journal, remove_orphans
 from spanner_cdc.lineage.rules import inclusive_end
+from spanner_cdc.names import short_token
 from spanner_cdc.spark.spec import TokenJobSpec, lake_writer
 from spanner_cdc.spark.token_job import run_token_job
 from spanner_cdc.store.models import Claim, LeaseLost
@@ -164,10 +165,10 @@ class LeaseKeeper:
                 try:
                     self.store.renew(claim, self.lease)
                 except LeaseLost as exc:
-                    log.warning("%s: lease lost while extracting: %s", claim.token[:16], exc)
+                    log.warning("%s: lease lost while extracting: %s", short_token(claim.token), exc)
                     self.release(claim)
                 except Exception as exc:  # a store hiccup: try again next round, the lease has slack
-                    log.warning("%s: renewing the lease failed: %s", claim.token[:16], exc)
+                    log.warning("%s: renewing the lease failed: %s", short_token(claim.token), exc)
 
 
 def _clear_old_attempts(job: ExtractJob, token: str) -> None:
@@ -222,7 +223,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
             writer=job.writer,
             **job.connection,
         )
-        log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, token[:16], read_from.isoformat(), read_to.isoformat(), claim.attempt)
+        log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, short_token(token), read_from.isoformat(), read_to.isoformat(), claim.attempt)
         summary = run_token_job(job.spark, spec)
         failpoint("after_job")
         files = publish(
@@ -238,7 +239,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         landed = sum(f.rows for f in files)
         if landed != summary.rows:
             raise ExtractError(
-                f"{job.stream} {token[:16]}: the job read {summary.rows} rows but {landed} were staged; not committing"
+                f"{job.stream} {short_token(token)}: the job read {summary.rows} rows but {landed} were staged; not committing"
             )
     except LeaseLost:
         raise
@@ -268,7 +269,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
     elapsed = time.monotonic() - started
     log.info(
         "%s %s: landed %d rows in %d files in %.1fs (executor %.1fs, %.1fs CPU); watermark %s%s",
-        job.stream, token[:16], summary.rows, len(files), elapsed, summary.elapsed_s, summary.cpu_s,
+        job.stream, short_token(token), summary.rows, len(files), elapsed, summary.elapsed_s, summary.cpu_s,
         summary.watermark.isoformat(), f", finished, children ready: {len(promoted)}" if summary.finished else "",
     )  # fmt: skip
     return TokenResult(
@@ -286,11 +287,11 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
 
 
 def _fail(job: ExtractJob, claim: Claim, exc: BaseException) -> None:
-    log.error("%s %s: extract failed: %s", job.stream, claim.token[:16], exc)
+    log.error("%s %s: extract failed: %s", job.stream, short_token(claim.token), exc)
     try:
         job.store.fail(claim, f"{type(exc).__name__}: {exc}")
     except SpannerCdcError as store_exc:  # LeaseLost or store down: the lease expiry releases it anyway
-        log.warning("%s %s: could not record the failure: %s", job.stream, claim.token[:16], store_exc)
+        log.warning("%s %s: could not record the failure: %s", job.stream, short_token(claim.token), store_exc)
 
 
 def extract_claims(
@@ -334,7 +335,7 @@ def extract_claims(
             raise first
         raise ExtractError(
             f"{job.stream}: {len(errors)} of {len(claims)} tokens failed (committed: {len(results)}); "
-            f"first: {claim.token[:16]}: {first}; the failed tokens are READY again for a retry"
+            f"first: {short_token(claim.token)}: {first}; the failed tokens are READY again for a retry"
         ) from first
     order = {claim.token: i for i, claim in enumerate(claims)}
     return sorted(results, key=lambda r: order[r.token])

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError
 from spanner_cdc.extract.planning import check_retention, effective_start, root_partitions
 from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims, lease_duration, liveness_enabled
-from spanner_cdc.lake.envelope import READ_METHODS
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
 from spanner_cdc.lake.markers import write_marker
 from spanner_cdc.lineage.rules import inclusive_end, read_from
+from spanner_cdc.names import LIVE_READ_METHOD, READ_METHODS, short_token
 
 if TYPE_CHECKING:
     from spanner_cdc.settings import Settings
@@ -41,7 +41,6 @@ __all__ = [
     "run_window",
 ]
 
-LIVE_READ_METHOD, BACKFILL_READ_METHOD = READ_METHODS
 # How often a run whose remaining tokens are all held by another run looks again: a dead holder's
 # tokens come back at the next look (liveness), a live holder's when it lands them.
 HELD_POLL_S = 1.0
@@ -241,7 +240,7 @@ def extract_tokens(
         )
         skipped = sorted(set(tokens) - {c.token for c in claims})
         if skipped:
-            log.info("%s: %d token(s) not claimable (done, or leased by another worker): %s", stream, len(skipped), ", ".join(t[:16] for t in skipped))
+            log.info("%s: %d token(s) not claimable (done, or leased by another worker): %s", stream, len(skipped), ", ".join(short_token(t) for t in skipped))
         if not claims:
             return []
         job = ExtractJob(
@@ -380,7 +379,7 @@ def _wait_for_held_tokens(settings: Settings, end: datetime) -> list[TokenTask]:
             if ready or not held:
                 return ready
             if not announced.issuperset(held):
-                log.info("%s: waiting for %d token(s) held by another run: %s", settings.stream, len(held), ", ".join(t[:16] for t in held))
+                log.info("%s: waiting for %d token(s) held by another run: %s", settings.stream, len(held), ", ".join(short_token(t) for t in held))
                 announced.update(held)
             time.sleep(interval)  # polling the store: the tokens are another process's to land or drop
 

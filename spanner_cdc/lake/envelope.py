@@ -23,7 +23,6 @@ MICROSECOND = timedelta(microseconds=1)
 DEFAULT_MAX_ROWS = 8192
 DEFAULT_MAX_BYTES = 16 << 20
 
-READ_METHODS = ("spanner-change-stream", "spanner-change-stream-backfill")
 
 
 def micros(value: datetime) -> int:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from spanner_cdc.errors import ConfigError, SpannerCdcError
+from spanner_cdc.names import BACKFILL_READ_METHOD, backfill_namespace
 from spanner_cdc.orchestration.connections import stream_settings
 from spanner_cdc.orchestration.failures import fail_fast
 from spanner_cdc.orchestration.hourly import summary_dict
@@ -18,15 +17,8 @@ from spanner_cdc.settings import Settings
 from spanner_cdc.stream_config import parse_datetime
 
 log = logging.getLogger(__name__)
-BACKFILL_READ_METHOD = "spanner-change-stream-backfill"
 WINDOW = dt.timedelta(hours=1)
 
-
-def backfill_namespace(run_id: str) -> str:
-    """A lineage namespace of its own per backfill run: readable, an identifier, unique even when truncated."""
-    readable = re.sub(r"[^A-Za-z0-9_]+", "_", run_id).strip("_")[:80]
-    digest = hashlib.sha1(run_id.encode()).hexdigest()[:8]
-    return f"backfill_{readable}_{digest}"
 
 
 def hourly_windows(start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:

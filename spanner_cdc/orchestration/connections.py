@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
-from spanner_cdc.devstack.embedded_pg import require_metadata_url
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.settings import Settings, load_settings
+from spanner_cdc.store.url import require_metadata_url
 from spanner_cdc.stream_config import StreamConfig, load_streams
 
 log = logging.getLogger(__name__)

@@ -7,12 +7,12 @@ import json
 import logging
 from typing import Any
 
+from spanner_cdc.names import LIVE_READ_METHOD
 from spanner_cdc.orchestration import waves
 from spanner_cdc.orchestration.connections import stream_settings
 from spanner_cdc.orchestration.failures import fail_fast
 
 log = logging.getLogger(__name__)
-LIVE_READ_METHOD = "spanner-change-stream"
 
 
 def utc(value: dt.datetime) -> dt.datetime:

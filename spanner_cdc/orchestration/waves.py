@@ -7,6 +7,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from spanner_cdc.names import short_token
+
 TokenPayload = dict[str, str]
 
 
@@ -19,11 +21,6 @@ class TokenLike(Protocol):
 
     @property
     def read_to(self) -> dt.datetime: ...
-
-
-def short_token(token: str, width: int = 10) -> str:
-    """Tokens are long opaque strings; their tail differs between partitions, so show that."""
-    return token if len(token) <= width else "…" + token[-width:]
 
 
 def payload(task: TokenLike) -> TokenPayload:

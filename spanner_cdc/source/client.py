@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from google.api_core import exceptions as gexc
 
 from spanner_cdc.errors import NotFound, SourceError
-from spanner_cdc.source.queries import GOOGLE_STANDARD_SQL, POSTGRESQL, validate_dialect, validate_stream_name
+from spanner_cdc.names import GOOGLE_STANDARD_SQL, POSTGRESQL
+from spanner_cdc.source.queries import validate_dialect, validate_stream_name
 
 if TYPE_CHECKING:
     from google.cloud.spanner_v1.database import Database

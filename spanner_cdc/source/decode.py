@@ -12,7 +12,8 @@ from google.cloud.spanner_v1.data_types import JsonObject
 from google.protobuf.struct_pb2 import Value as _WireValue
 
 from spanner_cdc.errors import SourceError
-from spanner_cdc.source.queries import GOOGLE_STANDARD_SQL, POSTGRESQL, validate_dialect
+from spanner_cdc.names import POSTGRESQL
+from spanner_cdc.source.queries import validate_dialect
 from spanner_cdc.source.records import (
     MOD_TYPES,
     VALUE_CAPTURE_TYPES,
@@ -410,4 +411,4 @@ def _postgresql_mapper(fields: Sequence[Any]) -> RowMapper:
     return map_row
 
 
-__all__ = ["GOOGLE_STANDARD_SQL", "POSTGRESQL", "RowMapper", "lazy_decode", "row_mapper"]
+__all__ = ["RowMapper", "lazy_decode", "row_mapper"]

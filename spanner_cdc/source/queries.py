@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -10,13 +9,10 @@ from typing import Any
 from google.cloud.spanner_v1 import param_types
 
 from spanner_cdc.errors import ConfigError, UsageError
+from spanner_cdc.names import DIALECTS, GOOGLE_STANDARD_SQL, IDENTIFIER, IDENTIFIER_ACCEPTED
 
-GOOGLE_STANDARD_SQL = "GOOGLE_STANDARD_SQL"
-POSTGRESQL = "POSTGRESQL"
-DIALECTS: tuple[str, ...] = (GOOGLE_STANDARD_SQL, POSTGRESQL)
 HEARTBEAT_MIN_MS = 1_000
 HEARTBEAT_MAX_MS = 300_000
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +26,8 @@ class ChangeStreamQuery:
 
 def validate_stream_name(stream: object, field: str = "stream") -> str:
     """The stream name goes into SQL text, so only a plain identifier is accepted."""
-    if not isinstance(stream, str) or not _IDENTIFIER.fullmatch(stream):
-        raise ConfigError(field, stream, "an identifier: a letter or _, then up to 127 letters, digits or _")
+    if not isinstance(stream, str) or not IDENTIFIER.fullmatch(stream):
+        raise ConfigError(field, stream, IDENTIFIER_ACCEPTED)
     return stream
 
 

@@ -6,14 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from spanner_cdc.names import VALUE_CAPTURE_TYPES as VALUE_CAPTURE_TYPES  # re-exported with the records
+
 ModType = Literal["INSERT", "UPDATE", "DELETE"]
 MOD_TYPES: tuple[str, ...] = ("INSERT", "UPDATE", "DELETE")
-VALUE_CAPTURE_TYPES: tuple[str, ...] = (
-    "OLD_AND_NEW_VALUES",
-    "NEW_ROW",
-    "NEW_VALUES",
-    "NEW_ROW_AND_OLD_VALUES",
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ def open_store(settings: Settings, *, check_schema: bool = True) -> MetadataStor
     No URL is an error here (StoreNotConfigured), never a Postgres started on whatever machine runs
     this: only the dev stack's entry points (the CLI, demo, up) fill in the embedded store first.
     """
-    from spanner_cdc.devstack.embedded_pg import require_metadata_url
+    from spanner_cdc.store.url import require_metadata_url
 
     store = MetadataStore.connect(require_metadata_url(settings.metadata_url))
     if check_schema:

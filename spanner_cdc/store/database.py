@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from spanner_cdc.errors import SchemaOutdated, StoreError, StoreUnreachable
+from spanner_cdc.masking import mask_password
 from spanner_cdc.store import url as store_url
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def normalise_url(url: str) -> str:
 
 def display_url(url: str) -> str:
     """The URL with its password hidden, for messages and logs (also for text that is no URL at all)."""
-    return store_url.mask_password(url)
+    return mask_password(url)
 
 
 def _reason(exc: BaseException) -> str:

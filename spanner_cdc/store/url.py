@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib.util
 import re
 
-from spanner_cdc.errors import StoreError
+from spanner_cdc.errors import StoreError, StoreNotConfigured
+from spanner_cdc.masking import mask_password
 
 SCHEME = re.compile(r"^(postgres|postgresql)(?:\+(\w+))?://", re.IGNORECASE)
 # The design names psycopg2: SQLAlchemy 2.1 would connect a plain postgresql:// URL with psycopg 3 when
@@ -13,23 +14,7 @@ SCHEME = re.compile(r"^(postgres|postgresql)(?:\+(\w+))?://", re.IGNORECASE)
 DEFAULT_DRIVER = "psycopg2"
 DRIVERS = {"psycopg2": "psycopg2", "psycopg": "psycopg"}  # URL driver -> module it needs
 ACCEPTED = "postgresql://, postgres://, postgresql+psycopg2:// or postgresql+psycopg:// (user:pass@host:5432/db)"
-# libpq's keyword form and URL parameters can carry the password too (password=..., ?password=...).
-PASSWORD_PARAM = re.compile(r"(password\s*=\s*)('[^']*'|[^&\s]*)", re.IGNORECASE)
 
-
-def mask_password(text: str) -> str:
-    """`text` (a URL, or anything a user typed as one) with every password in it shown as ***.
-
-    Works on text no parser accepts: everything between the user name and the last `@` is hidden, so
-    an unquoted `@` or `/` in a password hides too much rather than too little.
-    """
-    masked = PASSWORD_PARAM.sub(r"\1***", str(text).strip())
-    head, sep, rest = masked.partition("://")
-    at = rest.rfind("@")
-    if not sep or at < 0:
-        return masked
-    user, colon, _ = rest[:at].partition(":")
-    return f"{head}://{user}{':***' if colon else ''}@{rest[at + 1:]}"
 
 
 def normalise_url(url: str) -> str:
@@ -52,3 +37,16 @@ def normalise_url(url: str) -> str:
             f"which is not installed: use postgresql:// (psycopg2) or install it"
         )
     return f"postgresql+{driver}://{text[match.end():]}"
+
+
+NOT_CONFIGURED = (
+    "no metadata store configured: set the Airflow connection spanner_cdc_metadata or SPANNER_CDC_METADATA_URL "
+    "(a Postgres URL such as postgresql://user:pass@host:5432/db)"
+)
+
+
+def require_metadata_url(configured: str | None) -> str:
+    """The configured metadata store URL, or StoreNotConfigured: outside the dev stack nothing is started."""
+    if not configured:
+        raise StoreNotConfigured(NOT_CONFIGURED)
+    return configured

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from spanner_cdc.cli.main import build_parser
-from spanner_cdc.orchestration import SPANNER_POOL, connections
+from spanner_cdc.names import SPANNER_POOL
+from spanner_cdc.orchestration import connections
 from spanner_cdc.settings import CONFIG_ENV, Settings, load_settings
 from spanner_cdc.stream_config import load_streams
 

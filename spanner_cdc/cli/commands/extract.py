@@ -10,13 +10,13 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from spanner_cdc.cli.commands._flags import add_dialect_flag, add_metadata_url_flag, add_spanner_flags, int_or_text
+from spanner_cdc.names import READ_METHODS
 
 if TYPE_CHECKING:
     from spanner_cdc.extract.window import Progress, WindowSummary
     from spanner_cdc.settings import Settings
 
 ORDER = 40
-READ_METHODS = ("spanner-change-stream", "spanner-change-stream-backfill")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

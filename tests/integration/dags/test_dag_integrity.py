@@ -21,7 +21,8 @@ HEAVY_PREFIXES = (
     "spanner_cdc.lake", "spanner_cdc.source.reader", "spanner_cdc.local_spanner",
 )
 ALLOWED_PACKAGE_MODULES = {
-    "spanner_cdc", "spanner_cdc.errors", "spanner_cdc.settings", "spanner_cdc.stream_config", "spanner_cdc.orchestration",
+    "spanner_cdc", "spanner_cdc.errors", "spanner_cdc.names", "spanner_cdc.settings", "spanner_cdc.stream_config",
+    "spanner_cdc.orchestration",
 }
 
 DAGBAG = """

@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.orchestration.backfill import backfill_namespace, check_range, hourly_windows, windows_to_read
-from spanner_cdc.settings import IDENTIFIER
+from spanner_cdc.names import IDENTIFIER, backfill_namespace
+from spanner_cdc.orchestration.backfill import check_range, hourly_windows, windows_to_read
 
 UTC = dt.UTC
 H = dt.timedelta(hours=1)
@@ -20,7 +20,7 @@ def test_namespace_is_an_identifier_unique_per_run() -> None:
     a = backfill_namespace("manual__2024-06-01T10:00:00+00:00")
     b = backfill_namespace("manual__2024-06-01T10:00:00-00:00")
     assert a.startswith("backfill_manual__2024_06_01T10_00_00_00_00")
-    assert IDENTIFIER.match(a) and IDENTIFIER.match(b)
+    assert IDENTIFIER.fullmatch(a) and IDENTIFIER.fullmatch(b)
     assert a != b
     assert backfill_namespace("x" * 400) != backfill_namespace("x" * 401)
     assert len(backfill_namespace("x" * 400)) <= 128

@@ -15,7 +15,7 @@ from spanner_cdc.spark import executor
 from spanner_cdc.spark.control import ControlSummary
 from spanner_cdc.spark.executor import TableFiles, envelope_batches
 from spanner_cdc.spark.spec import WRITER_ENV, TokenJobSpec, lake_writer
-from tests.unit.lake_records import T0, children, data_record, heartbeat
+from tests.unit.lake.records import T0, children, data_record, heartbeat
 
 E = T0 + timedelta(hours=1)
 LAST = E - timedelta(microseconds=1)

@@ -16,7 +16,7 @@ from spanner_cdc.lake.layout import LakeLayout, is_published, partition_time, pu
 from spanner_cdc.lake.markers import write_marker
 from spanner_cdc.lake.publish import publish, read_journal, remove_orphans, staged_files
 from spanner_cdc.lake.schema import LAKE_SCHEMA, PARTITION_COLUMN
-from tests.unit.lake_records import T0, data_record
+from tests.unit.lake.records import T0, data_record
 
 E = T0 + timedelta(hours=1)
 LAST = E - timedelta(microseconds=1)

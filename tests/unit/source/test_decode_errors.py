@@ -8,7 +8,7 @@ import pytest
 
 from spanner_cdc.errors import SourceError
 from spanner_cdc.source.decode import row_mapper
-from tests.unit import test_mapping_examples as ex
+from tests.unit.source import test_decode_examples as ex
 
 DIALECTS = ex.MODES
 

@@ -9,8 +9,8 @@ import pytest
 
 from spanner_cdc.source.record_json import record_to_json, rfc3339
 from spanner_cdc.source.records import HeartbeatRecord
-from tests.unit import test_mapping_examples as ex
-from tests.unit.test_mapping import EXPECTED
+from tests.unit.source import test_decode_examples as ex
+from tests.unit.source.test_decode import EXPECTED
 
 KINDS = {"data_change_record": "data_change", "heartbeat_record": "heartbeat", "child_partitions_record": "child_partitions"}
 

@@ -10,7 +10,7 @@ import pytest
 
 from spanner_cdc.cli.commands.read import format_text, parse_timestamp, write_records
 from spanner_cdc.errors import ConfigError
-from tests.unit.test_mapping import EXPECTED
+from tests.unit.source.test_decode import EXPECTED
 
 
 @pytest.mark.parametrize(

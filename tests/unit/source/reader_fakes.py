@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tests.unit import test_mapping_examples as ex
+from tests.unit.source import test_decode_examples as ex
 
 
 def example_timestamp(example: dict[str, Any]) -> datetime:

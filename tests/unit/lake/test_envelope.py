@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from spanner_cdc.lake.envelope import EVENT_NAMESPACE, EnvelopeBatcher, EnvelopeContext, event_uuid, from_micros, micros
 from spanner_cdc.lake.schema import LAKE_COLUMNS, LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA, TIMESTAMP, spark_ddl
-from tests.unit.lake_records import T0, data_record
+from tests.unit.lake.records import T0, data_record
 
 CONTRACT = (
     "uuid stream_name read_method object source_timestamp read_timestamp commit_timestamp server_transaction_id "

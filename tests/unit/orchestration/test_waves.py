@@ -60,4 +60,3 @@ def test_batch_label_names_the_first_token_and_how_many_more() -> None:
     assert waves.batch_label(_payloads(1)) == "t0"
     assert waves.batch_label(_payloads(3)) == "t0 (+2 more tokens)"
     assert waves.batch_label(_payloads(2)) == "t0 (+1 more token)"
-    assert waves.short_token("short") == "short"

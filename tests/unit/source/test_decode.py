@@ -17,7 +17,7 @@ from spanner_cdc.source.records import (
     HeartbeatRecord,
     Mod,
 )
-from tests.unit import test_mapping_examples as ex
+from tests.unit.source import test_decode_examples as ex
 
 DIALECTS = ex.MODES  # GoogleSQL, PostgreSQL decoded by the client, PostgreSQL undecoded (what the reader asks for)
 

@@ -11,7 +11,7 @@ from google.cloud.spanner_v1 import RequestOptions
 from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError, UsageError
 from spanner_cdc.source.reader import PartitionReader
 from spanner_cdc.source.records import DataChangeRecord, HeartbeatRecord
-from tests.unit.test_reader_fakes import FakeDatabase, child_partitions, data_change, heartbeat
+from tests.unit.source.reader_fakes import FakeDatabase, child_partitions, data_change, heartbeat
 
 DIALECTS = ("GOOGLE_STANDARD_SQL", "POSTGRESQL")
 START = datetime(2022, 9, 27, 12, 0, tzinfo=UTC)
