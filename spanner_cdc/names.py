@@ -12,6 +12,12 @@ DIALECTS: tuple[str, ...] = (GOOGLE_STANDARD_SQL, POSTGRESQL)
 
 VALUE_CAPTURE_TYPES: tuple[str, ...] = ("OLD_AND_NEW_VALUES", "NEW_ROW", "NEW_VALUES", "NEW_ROW_AND_OLD_VALUES")
 
+# A change stream's partition_mode option (not alterable; unset = IMMUTABLE_KEY_RANGE): splitting and merging
+# partitions with child partitions records, or long-lived partitions between which key ranges move (proto records).
+IMMUTABLE_KEY_RANGE = "IMMUTABLE_KEY_RANGE"
+MUTABLE_KEY_RANGE = "MUTABLE_KEY_RANGE"
+PARTITION_MODES: tuple[str, ...] = (IMMUTABLE_KEY_RANGE, MUTABLE_KEY_RANGE)
+
 # The lake's read_method column: the hourly extract, and a backfill of a past range in a namespace of its own.
 LIVE_READ_METHOD = "spanner-change-stream"
 BACKFILL_READ_METHOD = "spanner-change-stream-backfill"

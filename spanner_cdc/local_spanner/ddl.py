@@ -7,8 +7,9 @@ from datetime import timedelta
 from typing import Any
 
 from spanner_cdc.local_spanner.lexer import Cursor
-from spanner_cdc.local_spanner.model import PARTITION_MODES, QueryError
+from spanner_cdc.local_spanner.model import QueryError
 from spanner_cdc.local_spanner.sql_types import googlesql_type, pg_type
+from spanner_cdc.names import PARTITION_MODES
 
 VALUE_CAPTURE_TYPES = ("OLD_AND_NEW_VALUES", "NEW_ROW", "NEW_VALUES", "NEW_ROW_AND_OLD_VALUES")
 STREAM_OPTIONS = (

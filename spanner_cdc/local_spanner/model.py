@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from spanner_cdc.names import MUTABLE_KEY_RANGE
+
 DEFAULT_RETENTION = timedelta(days=1)
-PARTITION_MODES = ("IMMUTABLE_KEY_RANGE", "MUTABLE_KEY_RANGE")
-MUTABLE_KEY_RANGE = "MUTABLE_KEY_RANGE"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 from spanner_cdc.local_spanner import ddl
 from spanner_cdc.local_spanner.model import ColumnInfo, QueryError, StreamDef, TableInfo
 from spanner_cdc.local_spanner.values import public_type
+from spanner_cdc.names import IMMUTABLE_KEY_RANGE
 
 DEFAULT_RETENTION_TEXT = "24h"
 _SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
@@ -258,7 +259,7 @@ class Schema:
                 options.pop(name, None)
             else:
                 options[name] = value
-        mode = (current.options.get("partition_mode", "IMMUTABLE_KEY_RANGE"), options.get("partition_mode", "IMMUTABLE_KEY_RANGE"))
+        mode = (current.options.get("partition_mode", IMMUTABLE_KEY_RANGE), options.get("partition_mode", IMMUTABLE_KEY_RANGE))
         if mode[0] != mode[1]:
             raise QueryError("FAILED_PRECONDITION", f"Change stream {found}: partition_mode cannot be altered (it is {mode[0]})")
         stream = stream_def(found, tables, options, current.created_at)

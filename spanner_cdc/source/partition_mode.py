@@ -8,12 +8,10 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from spanner_cdc.errors import ConfigError, SourceError
+from spanner_cdc.names import IMMUTABLE_KEY_RANGE, PARTITION_MODES, POSTGRESQL
 from spanner_cdc.source.client import source_error
-from spanner_cdc.source.queries import POSTGRESQL, validate_dialect, validate_stream_name
+from spanner_cdc.source.queries import validate_dialect, validate_stream_name
 
-IMMUTABLE_KEY_RANGE = "IMMUTABLE_KEY_RANGE"
-MUTABLE_KEY_RANGE = "MUTABLE_KEY_RANGE"
-PARTITION_MODES = (IMMUTABLE_KEY_RANGE, MUTABLE_KEY_RANGE)
 GOOGLESQL_MODE = (
     "SELECT OPTION_VALUE FROM INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS "
     "WHERE CHANGE_STREAM_NAME = @name AND OPTION_NAME = 'partition_mode'"

@@ -11,9 +11,10 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError
+from spanner_cdc.names import MUTABLE_KEY_RANGE
 from spanner_cdc.source.decode import lazy_decode, row_mapper
 from spanner_cdc.source.decode_proto import proto_row_mapper
-from spanner_cdc.source.partition_mode import MUTABLE_KEY_RANGE, validate_partition_mode
+from spanner_cdc.source.partition_mode import validate_partition_mode
 from spanner_cdc.source.queries import (
     build_query,
     validate_dialect,
