@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spanner_cdc.errors import RetentionError, UsageError
-from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord, PartitionStartRecord
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,18 @@ def root_partitions(
 
     reader = PartitionReader(database, stream, dialect=dialect, heartbeat_ms=heartbeat_ms)
     try:
-        records = [r for r in reader.read(None, at, at) if isinstance(r, ChildPartitionsRecord)]
+        records = [r for r in reader.read(None, at, at) if isinstance(r, ChildPartitionsRecord | PartitionStartRecord)]
     except RetentionError:
         detail = " (Spanner answered OUT_OF_RANGE)"
         raise RetentionError(retention_message(stream, at, retention, namespace, detail)) from None
-    roots = [child for record in records for child in record.child_partitions]
-    return min((r.start_timestamp for r in records), default=at), roots
+    # a MUTABLE_KEY_RANGE stream answers with a partition start record: its partitions have no parents either
+    roots = [
+        child
+        for record in records
+        for child in (
+            record.child_partitions
+            if isinstance(record, ChildPartitionsRecord)
+            else tuple(ChildPartition(token, ()) for token in record.partition_tokens)
+        )
+    ]
+    return min((r.timestamp for r in records), default=at), roots

@@ -253,6 +253,8 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
             watermark=summary.watermark,
             finished=summary.finished,
             children=summary.children,
+            started=summary.started,
+            moves=summary.moves,
             files=files,
             records=summary.rows,
             window_start=job.window_start,

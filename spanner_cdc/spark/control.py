@@ -15,6 +15,9 @@ from spanner_cdc.source.records import (
     ChildPartitionsRecord,
     DataChangeRecord,
     HeartbeatRecord,
+    PartitionEndRecord,
+    PartitionEventRecord,
+    PartitionStartRecord,
 )
 
 CONTROL_NAME = "control.json"
@@ -26,6 +29,12 @@ def _iso(value: datetime | None) -> str | None:
 
 def _dt(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
+
+
+def _ended(data: dict[str, Any] | None) -> PartitionEndRecord | None:
+    if data is None:
+        return None
+    return PartitionEndRecord(datetime.fromisoformat(data["end_timestamp"]), data["record_sequence"], data["partition_token"])
 
 
 @dataclass
@@ -40,6 +49,10 @@ class ControlSummary:
     heartbeats: int = 0
     last_timestamp: datetime | None = None
     children: list[ChildPartitionsRecord] = field(default_factory=list)
+    # MUTABLE_KEY_RANGE: partitions this one announced, key range moves in and out, and its end
+    started: list[PartitionStartRecord] = field(default_factory=list)
+    moves: list[PartitionEventRecord] = field(default_factory=list)
+    ended: PartitionEndRecord | None = None
     tables: dict[str, int] = field(default_factory=dict)
     resumes: int = 0
     elapsed_s: float = 0.0  # the executor's wall and CPU time for the read (and the landing)
@@ -49,14 +62,17 @@ class ControlSummary:
 
     @property
     def finished(self) -> bool:
-        """A child partitions record ends the partition: everything after it belongs to the children."""
-        return bool(self.children)
+        """A child partitions record ends the partition (everything after it belongs to the children), and so
+        does a partition end record (MUTABLE_KEY_RANGE: nothing of the partition comes after it)."""
+        return bool(self.children) or self.ended is not None
 
     @property
     def watermark(self) -> datetime:
-        """Landed up to the children's start when the partition ended in range, else to the range's end."""
+        """Landed up to the children's start or the partition's end when it ended in range, else to the range's end."""
         if self.children:
             return min(record.start_timestamp for record in self.children)
+        if self.ended is not None:
+            return self.ended.end_timestamp
         return self.read_to
 
     def observe(self, record: ChangeRecord, rows: int = 0) -> None:
@@ -68,6 +84,12 @@ class ControlSummary:
             self.heartbeats += 1
         elif isinstance(record, ChildPartitionsRecord):
             self.children.append(record)
+        elif isinstance(record, PartitionStartRecord):
+            self.started.append(record)
+        elif isinstance(record, PartitionEventRecord):
+            self.moves.append(record)
+        elif isinstance(record, PartitionEndRecord):
+            self.ended = record
         ts = record.timestamp
         if self.last_timestamp is None or ts > self.last_timestamp:
             self.last_timestamp = ts
@@ -92,6 +114,23 @@ class ControlSummary:
                 }
                 for record in self.children
             ],
+            "started": [
+                {"start_timestamp": _iso(r.start_timestamp), "record_sequence": r.record_sequence, "partition_tokens": list(r.partition_tokens)}
+                for r in self.started
+            ],
+            "moves": [
+                {
+                    "commit_timestamp": _iso(r.commit_timestamp),
+                    "record_sequence": r.record_sequence,
+                    "partition_token": r.partition_token,
+                    "move_in_from": list(r.move_in_from),
+                    "move_out_to": list(r.move_out_to),
+                }
+                for r in self.moves
+            ],
+            "ended": None
+            if self.ended is None
+            else {"end_timestamp": _iso(self.ended.end_timestamp), "record_sequence": self.ended.record_sequence, "partition_token": self.ended.partition_token},
             "tables": dict(sorted(self.tables.items())),
             "resumes": self.resumes,
             "elapsed_s": round(self.elapsed_s, 4),
@@ -122,6 +161,18 @@ class ControlSummary:
             heartbeats=int(data.get("heartbeats", 0)),
             last_timestamp=_dt(data.get("last_timestamp")),
             children=children,
+            started=[
+                PartitionStartRecord(datetime.fromisoformat(r["start_timestamp"]), r["record_sequence"], tuple(r["partition_tokens"]))
+                for r in data.get("started", [])
+            ],
+            moves=[
+                PartitionEventRecord(
+                    datetime.fromisoformat(r["commit_timestamp"]), r["record_sequence"], r["partition_token"],
+                    tuple(r["move_in_from"]), tuple(r["move_out_to"]),
+                )  # fmt: skip
+                for r in data.get("moves", [])
+            ],
+            ended=_ended(data.get("ended")),
             tables={str(k): int(v) for k, v in data.get("tables", {}).items()},
             resumes=int(data.get("resumes", 0)),
             elapsed_s=float(data.get("elapsed_s", 0.0)),

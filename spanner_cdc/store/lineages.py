@@ -19,6 +19,7 @@ from spanner_cdc.store.base import (
     lineage_from,
     partition_from,
     utc,
+    utc_required,
     window_from,
 )
 from spanner_cdc.store.models import Lineage, LineageGraph, PartitionRow
@@ -166,12 +167,20 @@ class LineageQueries(StoreBase):
                 ),
                 params,
             )
+            moves = conn.execute(
+                sa.text(
+                    "SELECT source_token, destination_token, moved_at FROM cdc_partition_moves "
+                    "WHERE lineage_id = :lineage_id ORDER BY moved_at, source_token, destination_token"
+                ),
+                params,
+            ).all()
             return LineageGraph(
                 lineage=lineage,
                 nodes=tuple(nodes),
                 edges=tuple((e.parent_token, e.child_token) for e in edges),
                 low_watermark=low,
                 windows=tuple(window_from(w) for w in windows),
+                moves=tuple((m.source_token, m.destination_token, utc_required(m.moved_at)) for m in moves),
             )
 
         return self._db.transaction(body)

@@ -131,3 +131,5 @@ class LineageGraph:
     edges: tuple[tuple[str, str], ...]
     low_watermark: datetime | None
     windows: tuple[WindowRow, ...] = ()
+    # MUTABLE_KEY_RANGE: (source, destination, time) of each key range move between partitions
+    moves: tuple[tuple[str, str, datetime], ...] = ()

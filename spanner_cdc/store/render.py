@@ -146,6 +146,9 @@ def render_text(graph: LineageGraph, *, now: datetime) -> str:
 
     for root in roots:
         walk(root, "", True, True)
+    if graph.moves:
+        lines.append(f"key range moves: {len(graph.moves)}")
+        lines.extend(f"  {iso(at)}  {short(source)} -> {short(destination)}" for source, destination, at in graph.moves)
     return "\n".join(lines) + "\n"
 
 
@@ -202,6 +205,7 @@ def render_json(graph: LineageGraph, *, now: datetime) -> str:
         "partitions": [_node_json(node, now) for node in graph.nodes],
         "edges": [{"parent": parent, "child": child} for parent, child in graph.edges],
         "windows": [_window_json(window) for window in graph.windows],
+        "moves": [{"source": s, "destination": d, "at": iso(at)} for s, d, at in graph.moves],
     }
     return json.dumps(document, indent=2) + "\n"
 
@@ -229,5 +233,7 @@ def render_dot(graph: LineageGraph) -> str:
         lines.append(f'  {_dot_id(parent)} [label="{_dot_escape(short(parent))}\\nunknown", style=dashed, fillcolor=white];')
     for parent, child in graph.edges:
         lines.append(f"  {_dot_id(parent)} -> {_dot_id(child)};")
+    for source, destination, at in graph.moves:  # key range moves: dashed, labelled with their time
+        lines.append(f'  {_dot_id(source)} -> {_dot_id(destination)} [style=dashed, label="{_dot_escape(iso(at) or "")}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"

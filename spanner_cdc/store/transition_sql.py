@@ -180,6 +180,28 @@ INSERT_EDGES = sa.text(
     ON CONFLICT DO NOTHING
     """,
 )
+# MUTABLE_KEY_RANGE: a partition start record's partitions are READY at once (no parent to wait for);
+# every partition that learns of one (and the root query) inserts it if absent.
+INSERT_STARTED = sa.text(
+    """
+    INSERT INTO cdc_partitions (lineage_id, token, partition_start, read_from, state, ready_at)
+    SELECT CAST(:lineage_id AS bigint), s.token, s.start, s.start, 'READY', clock_timestamp()
+    FROM unnest(CAST(:tokens AS text[]), CAST(:starts AS timestamptz[])) AS s(token, start)
+    ORDER BY s.token
+    ON CONFLICT (lineage_id, token) DO NOTHING
+    RETURNING token
+    """,
+)
+INSERT_MOVES = sa.text(
+    """
+    INSERT INTO cdc_partition_moves (lineage_id, source_token, destination_token, moved_at)
+    SELECT CAST(:lineage_id AS bigint), m.source, m.destination, m.at
+    FROM unnest(CAST(:sources AS text[]), CAST(:destinations AS text[]), CAST(:ats AS timestamptz[]))
+        AS m(source, destination, at)
+    ORDER BY m.source, m.destination, m.at
+    ON CONFLICT DO NOTHING
+    """,
+)
 # Locking the children first serialises the parents' transactions on them: whichever locks last
 # sees every other parent's FINISHED mark (READ COMMITTED takes a new snapshot per statement).
 LOCK_CREATED_CHILDREN = sa.text(

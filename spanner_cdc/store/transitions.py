@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from spanner_cdc.lineage import rules
-from spanner_cdc.source.records import ChildPartitionsRecord
+from spanner_cdc.source.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
 from spanner_cdc.store.base import StoreBase, utc, utc_required
 from spanner_cdc.store.liveness import Liveness
 from spanner_cdc.store.models import Claim, LeaseLost, ManifestFile
@@ -24,6 +24,8 @@ from spanner_cdc.store.transition_sql import (
     HOLDER_DIED,
     INSERT_CHILDREN,
     INSERT_EDGES,
+    INSERT_MOVES,
+    INSERT_STARTED,
     LAND,
     LEASE_EXPIRED,
     LEASE_HOLDER,
@@ -161,8 +163,11 @@ class PartitionTransitions(StoreBase):
         records: int = 0,
         window_start: datetime | None = None,
         window_end: datetime | None = None,
+        started: Sequence[PartitionStartRecord] = (),
+        moves: Sequence[PartitionEventRecord] = (),
     ) -> list[str]:
-        """Commit a landed range in one transaction; return the children this made READY."""
+        """Commit a landed range in one transaction; return the children (and, MUTABLE_KEY_RANGE, the started
+        partitions) this made READY. `moves` are kept as edges with their time."""
         rules.require_utc(watermark, "watermark")
         for file in files:
             if file.token != claim.token:
@@ -182,9 +187,18 @@ class PartitionTransitions(StoreBase):
             "files": len(arrays["paths"]),
         }
 
+        new_started = _started(started)
+        move_edges = _move_edges(claim.token, moves)
+
         def body(conn: Connection) -> list[str]:
             if conn.execute(LAND, params).scalar_one_or_none() is None:
                 raise self._lease_lost(conn, claim, "complete")
+            ready: list[str] = []
+            if new_started:
+                rows = conn.execute(INSERT_STARTED, {"lineage_id": claim.lineage_id, **new_started})
+                ready = list(rows.scalars().all())
+            if move_edges["sources"]:
+                conn.execute(INSERT_MOVES, {"lineage_id": claim.lineage_id, **move_edges})
             if new_children:
                 conn.execute(
                     INSERT_CHILDREN,
@@ -204,12 +218,12 @@ class PartitionTransitions(StoreBase):
                     },
                 )
             if not finished:
-                return []
+                return sorted(ready)
             candidates = conn.execute(LOCK_CREATED_CHILDREN, key).scalars().all()
             if not candidates:
-                return []
+                return sorted(ready)
             promoted = conn.execute(PROMOTE, {"lineage_id": claim.lineage_id, "tokens": list(candidates)})
-            return sorted(promoted.scalars().all())
+            return sorted([*ready, *promoted.scalars().all()])
 
         promoted = self._db.transaction(body)
         if promoted:
@@ -250,6 +264,26 @@ def _children_of(token: str, records: Sequence[ChildPartitionsRecord]) -> list[t
             parents.update(p for p in child.parent_partition_tokens if p)
             parents.add(token)
     return [(t, start, tuple(sorted(parents))) for t, (start, parents) in sorted(found.items())]
+
+
+def _started(records: Sequence[PartitionStartRecord]) -> dict[str, list[object]]:
+    """Started partitions as (tokens, starts) arrays, sorted by token; a token announced twice keeps its earliest start."""
+    found: dict[str, datetime] = {}
+    for record in records:
+        rules.require_utc(record.start_timestamp, "partition start_timestamp")
+        for token in record.partition_tokens:
+            found[token] = min(found.get(token, record.start_timestamp), record.start_timestamp)
+    tokens = sorted(found)
+    return {"tokens": list[object](tokens), "starts": [found[t] for t in tokens]} if tokens else {}
+
+
+def _move_edges(token: str, records: Sequence[PartitionEventRecord]) -> dict[str, list[object]]:
+    """(source, destination, time) of every move an event record of partition `token` names, as arrays."""
+    edges = sorted(
+        {(source, token, r.commit_timestamp) for r in records for source in r.move_in_from}
+        | {(token, destination, r.commit_timestamp) for r in records for destination in r.move_out_to}
+    )
+    return {"sources": [e[0] for e in edges], "destinations": [e[1] for e in edges], "ats": [e[2] for e in edges]}
 
 
 def _manifest_arrays(

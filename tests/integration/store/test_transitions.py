@@ -263,3 +263,39 @@ def test_low_watermark_is_the_slowest_unfinished_partition(store: MetadataStore)
     split = T0 + timedelta(minutes=10)
     store.complete(claim_b, watermark=split - US, finished=True, children=[record(split, ("c", ("b",)))])
     assert store.low_watermark(lineage_id) == split - US
+
+
+def test_mutable_partitions_start_ready_end_finished_and_keep_moves(store: MetadataStore) -> None:
+    from spanner_cdc.source.records import PartitionEventRecord, PartitionStartRecord
+
+    lineage_id = new_lineage(store, ("a",))
+    (claim,) = store.claim(lineage_id, window_end=W1, owner="w1", lease=LEASE, limit=1)
+    split_at = T0 + timedelta(minutes=5)
+    started = [PartitionStartRecord(split_at, "00000000", ("b",))]
+    moves = [PartitionEventRecord(split_at, "00000001", "a", (), ("b",))]
+    ready = store.complete(claim, watermark=W1 - US, finished=False, started=started, moves=moves)
+    assert ready == ["b"]  # READY at once: a started partition waits for no parent
+    rows = by_token(store, lineage_id)
+    assert (rows["b"].state, rows["b"].start, rows["b"].parents) == (State.READY, split_at, ())
+    # b's own read sees the paired move-in and its end; the move is kept once, b is finished
+    (claim_b,) = store.claim(lineage_id, window_end=W1, owner="w1", lease=LEASE, limit=1)
+    ended = split_at + timedelta(minutes=1)
+    assert store.complete(
+        claim_b, watermark=ended, finished=True, moves=[PartitionEventRecord(split_at, "00000000", "b", ("a",), ())],
+        started=started,  # announced again: nothing new
+    ) == []  # fmt: skip
+    rows = by_token(store, lineage_id)
+    assert (rows["b"].state, rows["b"].watermark, rows["b"].end) == (State.FINISHED, ended, ended + US)
+    with store._db.engine.connect() as conn:
+        edges = conn.execute(
+            sa.text("SELECT source_token, destination_token, moved_at FROM cdc_partition_moves WHERE lineage_id = :l"),
+            {"l": lineage_id},
+        ).all()
+    assert [tuple(e) for e in edges] == [("a", "b", split_at)]
+    from spanner_cdc.store.render import render
+
+    graph = store.graph(lineage_id)
+    assert graph.moves == (("a", "b", split_at),)
+    text, dot = render(graph, "text"), render(graph, "dot")
+    assert "key range moves: 1" in text and "2025-03-01T00:05:00" in text.split("key range moves: 1")[1]
+    assert '"a" -> "b" [style=dashed' in dot

@@ -106,3 +106,29 @@ def test_lake_writer_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(WRITER_ENV, "csv")
     with pytest.raises(ConfigError, match="SPANNER_CDC_LAKE_WRITER"):
         lake_writer()
+
+
+def test_mutable_partition_records_end_announce_and_move(tmp_path: Path) -> None:
+    from spanner_cdc.source.records import PartitionEndRecord, PartitionEventRecord, PartitionStartRecord
+
+    at = T0 + timedelta(microseconds=300)
+    records = [
+        data_record(1),
+        PartitionStartRecord(at, "00000000", ("new",)),
+        PartitionEventRecord(at, "00000001", "tok", (), ("new",)),
+        PartitionEndRecord(at + timedelta(microseconds=5), "00000000", "tok"),
+    ]
+    summary = ControlSummary("tok", T0, LAST)
+    assert sum(b.num_rows for b in envelope_batches(spec(tmp_path), records, summary)) == 1
+    assert summary.finished and summary.watermark == at + timedelta(microseconds=5) and not summary.children
+    copy = ControlSummary.from_json(summary.to_json())
+    assert (copy.started, copy.moves, copy.ended) == (summary.started, summary.moves, summary.ended)
+    assert copy.started == [records[1]] and copy.finished and copy.watermark == summary.watermark
+
+
+def test_a_mutable_partition_that_goes_on_is_not_finished(tmp_path: Path) -> None:
+    from spanner_cdc.source.records import PartitionEventRecord
+
+    summary = ControlSummary("tok", T0, LAST)
+    list(envelope_batches(spec(tmp_path), [PartitionEventRecord(T0, "00000000", "tok", ("src",), ())], summary))
+    assert not summary.finished and summary.watermark == LAST and len(summary.moves) == 1
