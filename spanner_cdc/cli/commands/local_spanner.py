@@ -77,7 +77,10 @@ def _serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--clock-rate", type=float, default=1.0, help="server seconds per real second (default 1)")
     serve.add_argument("--max-workers", type=int, default=128, help="gRPC worker threads: concurrent requests and reads")
     serve.add_argument("--fsync", action="store_true", help="fsync the journal on every commit")
-    group = serve.add_argument_group("partition policy", "splits and merges (durations like 10m, 2h; 'none' disables)")
+    group = serve.add_argument_group(
+        "partition policy",
+        "splits and merges, and key range moves in MUTABLE_KEY_RANGE streams (durations like 10m, 2h; 'none' disables)",
+    )
     for f in _policy_fields():
         group.add_argument(f"--policy-{f.name.replace('_', '-')}", dest=f"policy_{f.name}", metavar="VALUE",
                            help=f"default {_show_default(f.default)}")

@@ -1,4 +1,4 @@
-"""`spanner-cdc local-spanner split|merge|fail|status` against a running server."""
+"""`spanner-cdc local-spanner split|merge|move|fail|status` against a running server."""
 
 from __future__ import annotations
 
@@ -32,6 +32,24 @@ def test_split_then_merge_on_demand(make_spanner_database: Any, local_spanner: L
     (roots,) = query_partition(database, "S", now, now, None, postgres=False)
     alive = {c["token"] for c in roots["child_partitions_record"]["child_partitions"]}
     assert merged["child"] in alive and not alive & set(split["children"])
+
+
+def test_move_between_neighbours_of_a_mutable_stream(make_spanner_database: Any, local_spanner: LocalSpanner, capsys: pytest.CaptureFixture[str]) -> None:
+    database = make_spanner_database([
+        "CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)",
+        "CREATE CHANGE STREAM S FOR ALL OPTIONS (partition_mode = 'MUTABLE_KEY_RANGE')",
+        "CREATE CHANGE STREAM I FOR ALL",
+    ])  # fmt: skip
+    target = ["--host", local_spanner.host, "--database", database.name]
+    code, split = run(capsys, "local-spanner", "split", *target, "--stream", "S")
+    assert code == 0 and len(split["children"]) == 2
+    left, right = split["children"]
+    code, moved = run(capsys, "local-spanner", "move", *target, "--stream", "S", "--from", right, "--to", left)
+    assert code == 0 and moved["partitions"] == [left, right]  # the same long-lived partitions, in key order
+    code, err = run(capsys, "local-spanner", "move", *target, "--stream", "S", "--from", right)
+    assert code == 2 and "--from/--to" in err and err.count("\n") == 1
+    code, err = run(capsys, "local-spanner", "move", *target, "--stream", "I")
+    assert code == 1 and "FAILED_PRECONDITION" in err and "MUTABLE_KEY_RANGE" in err and err.count("\n") == 1
 
 
 def test_unknown_stream_is_one_clear_error_line(make_spanner_database: Any, local_spanner: LocalSpanner, capsys: pytest.CaptureFixture[str]) -> None:
