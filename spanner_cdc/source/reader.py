@@ -19,8 +19,8 @@ from spanner_cdc.source.queries import (
     validate_stream_name,
     validate_window,
 )
-from spanner_cdc.source.record_json import rfc3339
 from spanner_cdc.source.records import ChangeRecord, DataChangeRecord, HeartbeatRecord
+from spanner_cdc.times import rfc3339
 
 log = logging.getLogger(__name__)
 

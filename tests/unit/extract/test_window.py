@@ -16,8 +16,9 @@ from spanner_cdc.cli.commands.extract import ProgressLine, describe, resolve_set
 from spanner_cdc.errors import ConfigError, ExtractError, RetentionError, SourceError, UsageError
 from spanner_cdc.extract import token as extract
 from spanner_cdc.extract import window as pipeline
-from spanner_cdc.extract.planning import check_retention, effective_start, human
+from spanner_cdc.extract.planning import check_retention, effective_start
 from spanner_cdc.store.models import Claim
+from spanner_cdc.times import spelled_duration as human
 
 S = datetime(2024, 5, 1, 10, tzinfo=UTC)
 E = S + timedelta(hours=1)
