@@ -6,7 +6,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from spanner_cdc.errors import RetentionError, UsageError
+from spanner_cdc.errors import RetentionError, UsageError, setting
 from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
 from spanner_cdc.times import spelled_duration
 
@@ -31,7 +31,7 @@ def retention_message(stream: str, start: datetime, retention: timedelta, namesp
         f"window start {start.isoformat()} has left change stream {stream}'s retention period "
         f"({spelled_duration(retention)}){detail}: "
         "those changes are gone from Spanner and cannot be extracted. Extract windows that start within the "
-        f"retention period (for a lineage that fell behind, into a new --namespace than {namespace!r}, e.g. a "
+        f"retention period (for a lineage that fell behind, into a {setting('namespace')} other than {namespace!r}, e.g. a "
         "backfill), or lengthen the stream's retention_period so this does not happen again"
     )
 
