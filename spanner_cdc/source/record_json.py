@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from spanner_cdc.source.records import (
@@ -13,24 +12,26 @@ from spanner_cdc.source.records import (
     PartitionEndRecord,
     PartitionEventRecord,
     PartitionStartRecord,
+    dispatch,
 )
-
-
-def rfc3339(value: datetime) -> str:
-    """UTC, always six fractional digits, `Z`: 2022-09-27T12:30:00.123456Z."""
-    utc = value.astimezone(UTC) if value.utcoffset() else value
-    return (
-        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
-        f".{utc.microsecond:06d}Z"
-    )
+from spanner_cdc.times import rfc3339
 
 
 def record_to_json(record: ChangeRecord, token: str | None) -> dict[str, Any]:
     """Pure: the record read from partition `token` (None for the first, root query)."""
-    if isinstance(record, DataChangeRecord):
+    return dispatch(record, _JsonForm(token))
+
+
+class _JsonForm:
+    """The JSON form of each record kind, with the partition it was read from."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    def data_change(self, record: DataChangeRecord) -> dict[str, Any]:
         return {
             "kind": "data_change",
-            "partition_token": token,
+            "partition_token": self.token,
             "commit_timestamp": rfc3339(record.commit_timestamp),
             "record_sequence": record.record_sequence,
             "server_transaction_id": record.server_transaction_id,
@@ -53,12 +54,14 @@ def record_to_json(record: ChangeRecord, token: str | None) -> dict[str, Any]:
             "transaction_tag": record.transaction_tag,
             "is_system_transaction": record.is_system_transaction,
         }
-    if isinstance(record, HeartbeatRecord):
-        return {"kind": "heartbeat", "partition_token": token, "timestamp": rfc3339(record.timestamp)}
-    if isinstance(record, ChildPartitionsRecord):
+
+    def heartbeat(self, record: HeartbeatRecord) -> dict[str, Any]:
+        return {"kind": "heartbeat", "partition_token": self.token, "timestamp": rfc3339(record.timestamp)}
+
+    def child_partitions(self, record: ChildPartitionsRecord) -> dict[str, Any]:
         return {
             "kind": "child_partitions",
-            "partition_token": token,
+            "partition_token": self.token,
             "start_timestamp": rfc3339(record.start_timestamp),
             "record_sequence": record.record_sequence,
             "child_partitions": [
@@ -66,28 +69,30 @@ def record_to_json(record: ChangeRecord, token: str | None) -> dict[str, Any]:
                 for c in record.child_partitions
             ],
         }
-    if isinstance(record, PartitionStartRecord):
+
+    def partition_start(self, record: PartitionStartRecord) -> dict[str, Any]:
         return {
             "kind": "partition_start",
-            "partition_token": token,
+            "partition_token": self.token,
             "start_timestamp": rfc3339(record.start_timestamp),
             "record_sequence": record.record_sequence,
             "partition_tokens": list(record.partition_tokens),
         }
-    if isinstance(record, PartitionEndRecord):
+
+    def partition_end(self, record: PartitionEndRecord) -> dict[str, Any]:
         return {
             "kind": "partition_end",
-            "partition_token": token,
+            "partition_token": self.token,
             "end_timestamp": rfc3339(record.end_timestamp),
             "record_sequence": record.record_sequence,
         }
-    if isinstance(record, PartitionEventRecord):
+
+    def partition_event(self, record: PartitionEventRecord) -> dict[str, Any]:
         return {
             "kind": "partition_event",
-            "partition_token": token,
+            "partition_token": self.token,
             "commit_timestamp": rfc3339(record.commit_timestamp),
             "record_sequence": record.record_sequence,
             "move_in_events": [{"source_partition_token": t} for t in record.move_in_from],
             "move_out_events": [{"destination_partition_token": t} for t in record.move_out_to],
         }
-    raise TypeError(f"not a change record: {type(record).__name__}")
