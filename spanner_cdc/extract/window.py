@@ -223,6 +223,7 @@ def extract_tokens(
     Tokens that cannot be claimed (finished, read to the window end, or leased by a live worker) are skipped.
     """
     from spanner_cdc.source.client import detect_dialect, open_database
+    from spanner_cdc.source.partition_mode import detect_partition_mode
     from spanner_cdc.spark.session import spark_session
 
     start, end = _window(window_start, window_end)
@@ -230,8 +231,10 @@ def extract_tokens(
     if not tokens:
         return []
     lease, liveness = lease_duration(), liveness_enabled()
-    # Spark and the dialect first: a JVM start must not eat into the leases of claimed tokens
-    dialect = detect_dialect(open_database(settings), settings.dialect)
+    # Spark, the dialect and the partition mode first: a JVM start must not eat into the leases of claimed tokens
+    database = open_database(settings)
+    dialect = detect_dialect(database, settings.dialect)
+    partition_mode = detect_partition_mode(database, stream, dialect)
     spark = spark_session(settings)
     with _store(settings) as store:
         lineage = store.get_lineage(stream, settings.namespace)
@@ -258,6 +261,7 @@ def extract_tokens(
                 "database": settings.database,
                 "emulator_host": settings.emulator_host,
                 "dialect": dialect,
+                "partition_mode": partition_mode,
                 "heartbeat_ms": settings.heartbeat_ms,
             },
         )

@@ -67,7 +67,9 @@ def _database(spec: TokenJobSpec) -> Any:
 def _read(spec: TokenJobSpec, summary: ControlSummary) -> Iterator[pa.RecordBatch]:
     from spanner_cdc.source.reader import PartitionReader
 
-    reader = PartitionReader(_database(spec), spec.stream, dialect=spec.dialect, heartbeat_ms=spec.heartbeat_ms)
+    reader = PartitionReader(
+        _database(spec), spec.stream, dialect=spec.dialect, heartbeat_ms=spec.heartbeat_ms, partition_mode=spec.partition_mode
+    )
     try:
         yield from envelope_batches(spec, reader.read(spec.token, spec.read_from, spec.read_to), summary)
     finally:

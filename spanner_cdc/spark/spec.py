@@ -46,6 +46,7 @@ class TokenJobSpec:
     attempt_dir: str
     max_rows: int = DEFAULT_MAX_ROWS
     writer: str = "arrow"
+    partition_mode: str = "auto"  # asked once by the driver, so an executor does not ask again per token
 
     @property
     def data_dir(self) -> Path:
@@ -84,6 +85,7 @@ class TokenJobSpec:
             attempt_dir=get("attempt_dir"),
             max_rows=int(get("max_rows") or DEFAULT_MAX_ROWS),
             writer=get("writer") or "arrow",
+            partition_mode=get("partition_mode") or "auto",
         )
 
 

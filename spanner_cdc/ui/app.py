@@ -60,6 +60,7 @@ def stream_json(view: StreamView, now: datetime) -> dict[str, Any]:
         "partitions": partitions,
         "edges": [{"parent": parent, "child": child} for child, ps in sorted(parents.items()) for parent in ps],
         "windows": windows,
+        "moves": [{"source": s, "destination": d, "at": at.isoformat()} for s, d, at in view.moves],
         "stuck": _jsonable(stuck(view, now)),
         "generated_at": now.isoformat(),
     }

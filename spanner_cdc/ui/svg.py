@@ -6,7 +6,7 @@ from datetime import datetime
 from html import escape
 
 from spanner_cdc.names import short_token
-from spanner_cdc.ui.graph_layout import NODE_HEIGHT, NODE_WIDTH, NodeInput, layout
+from spanner_cdc.ui.graph_layout import NODE_HEIGHT, NODE_WIDTH, Layout, NodeInput, layout
 from spanner_cdc.ui.health import parent_map, splits_and_merges
 from spanner_cdc.ui.view import StreamView
 
@@ -22,6 +22,7 @@ UNKNOWN_COLOUR = ("#ffffff", "#000000")
 SPLIT_EDGE = "#6a1b9a"
 MERGE_EDGE = "#e65100"
 PLAIN_EDGE = "#607d8b"
+MOVE_EDGE = "#00838f"
 
 
 def _time(value: datetime | None) -> str:
@@ -45,7 +46,7 @@ def render_lineage_svg(view: StreamView, stuck_tokens: frozenset[str] = frozense
         f'viewBox="0 0 {max(placed.width, 1)} {max(placed.height, 1)}">',
         "<defs>",
     ]
-    for name, colour in (("plain", PLAIN_EDGE), ("split", SPLIT_EDGE), ("merge", MERGE_EDGE)):
+    for name, colour in (("plain", PLAIN_EDGE), ("split", SPLIT_EDGE), ("merge", MERGE_EDGE), ("move", MOVE_EDGE)):
         out.append(
             f'<marker id="arrow-{name}" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
             f'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="{colour}"/></marker>'
@@ -63,6 +64,7 @@ def render_lineage_svg(view: StreamView, stuck_tokens: frozenset[str] = frozense
             f'd="M {x1} {y1} C {x1 + bend} {y1}, {x2 - bend} {y2}, {x2} {y2}" fill="none" stroke="{colour}" '
             f'stroke-width="2" marker-end="url(#arrow-{kind})"/>'
         )
+    out.extend(_move_paths(view, placed))
     for token in sorted(placed.nodes):
         node, p = placed.nodes[token], by_token[token]
         fill, ink = STATE_COLOURS.get(p.state, UNKNOWN_COLOUR)
@@ -86,6 +88,25 @@ def render_lineage_svg(view: StreamView, stuck_tokens: frozenset[str] = frozense
     return "".join(out)
 
 
+def _move_paths(view: StreamView, placed: Layout) -> list[str]:
+    """Key range moves (MUTABLE_KEY_RANGE): dashed arcs on the right of the two partitions, with their time."""
+    out = []
+    for index, (source, destination, at) in enumerate(view.moves):
+        if source not in placed.nodes or destination not in placed.nodes:
+            continue
+        a, b = placed.nodes[source], placed.nodes[destination]
+        x1, y1 = a.x + NODE_WIDTH, a.y + NODE_HEIGHT // 2 - 6
+        x2, y2 = b.x + NODE_WIDTH, b.y + NODE_HEIGHT // 2 + 6
+        bulge = 30 + 12 * (index % 4)  # moves between the same neighbours stay apart
+        out.append(
+            f'<path class="edge edge-move" data-source="{_attr(source)}" data-destination="{_attr(destination)}" '
+            f'data-at="{_attr(at.isoformat())}" d="M {x1} {y1} C {x1 + bulge} {y1}, {x2 + bulge} {y2}, {x2} {y2}" '
+            f'fill="none" stroke="{MOVE_EDGE}" stroke-width="2" stroke-dasharray="5 3" marker-end="url(#arrow-move)">'
+            f"<title>{escape(f'keys moved {short_token(source)} -> {short_token(destination)} at {at}')}</title></path>"
+        )
+    return out
+
+
 def legend_svg() -> str:
     """The state colours and edge kinds, drawn the same way as the graph."""
     items = []
@@ -96,7 +117,7 @@ def legend_svg() -> str:
             f'<text x="8" y="15" fill="{ink}" font-family="sans-serif" font-size="11">{state}</text></g>'
         )
         x += 104
-    for label, colour in (("split edge", SPLIT_EDGE), ("merge edge", MERGE_EDGE)):
+    for label, colour in (("split edge", SPLIT_EDGE), ("merge edge", MERGE_EDGE), ("key range move", MOVE_EDGE)):
         items.append(
             f'<g transform="translate({x},0)"><line x1="0" y1="11" x2="28" y2="11" stroke="{colour}" stroke-width="3"/>'
             f'<text x="34" y="15" font-family="sans-serif" font-size="11">{label}</text></g>'

@@ -86,6 +86,7 @@ class StreamView:
     windows: tuple[WindowView, ...]
     low_watermark: datetime | None
     edges: tuple[tuple[str, str], ...] = ()
+    moves: tuple[tuple[str, str, datetime], ...] = ()  # MUTABLE_KEY_RANGE: (source, destination, time)
 
     @property
     def newest_window(self) -> WindowView | None:
@@ -150,6 +151,7 @@ def load_stream(store: StoreLike, stream: str, namespace: str) -> StreamView:
         windows=tuple(sorted((window_view(w) for w in graph.windows), key=lambda w: w.start)),
         low_watermark=graph.low_watermark,
         edges=tuple(graph.edges),
+        moves=tuple(getattr(graph, "moves", ())),
     )
 
 

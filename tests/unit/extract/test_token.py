@@ -39,6 +39,8 @@ def test_options_round_trip_as_strings(tmp_path: Path) -> None:
     no_emulator = spec(tmp_path, emulator_host=None)
     assert "emulator_host" not in no_emulator.options()
     assert TokenJobSpec.from_options(no_emulator.options()) == no_emulator
+    mutable = spec(tmp_path, partition_mode="MUTABLE_KEY_RANGE")
+    assert TokenJobSpec.from_options(mutable.options()).partition_mode == "MUTABLE_KEY_RANGE"
 
 
 def test_batches_and_summary_of_a_partition_that_continues(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import xml.etree.ElementTree as ET
+from datetime import timedelta
 
 from spanner_cdc.lineage.rules import State
 from spanner_cdc.ui.graph_layout import NODE_WIDTH, NodeInput, layout
@@ -75,3 +76,24 @@ def test_svg_escapes_tokens_and_marks_stuck_nodes() -> None:
     root = ET.fromstring(text)
     stuck = [g for g in root.iter(f"{SVG}g") if g.get("data-token") == evil]
     assert len(stuck) == 1 and "stuck" in (stuck[0].get("class") or "").split()
+
+
+def test_svg_draws_key_range_moves_of_long_lived_partitions() -> None:
+    from spanner_cdc.store.models import LineageGraph
+    from spanner_cdc.ui.app import stream_json
+    from spanner_cdc.ui.view import load_stream
+    from tests.unit.ui.sample import LINEAGE, FakeStore
+
+    moved_at = T0 + timedelta(minutes=7)
+    rows = (partition("P", State.READY, T0, None), partition("Q", State.READY, T0 + timedelta(minutes=5), None))
+    graph = LineageGraph(LINEAGE, rows, (), None, (), moves=(("P", "Q", moved_at), ("P", "gone", moved_at)))
+    view = load_stream(FakeStore(graph), "orders", "live")
+    root = ET.fromstring(render_lineage_svg(view))
+    moves = [p for p in root.iter(f"{SVG}path") if "edge-move" in (p.get("class") or "")]
+    # one arc between known partitions (a move naming an unknown one is not drawn), with its time
+    assert [(p.get("data-source"), p.get("data-destination"), p.get("data-at")) for p in moves] == [
+        ("P", "Q", moved_at.isoformat())
+    ]
+    assert not [p for p in root.iter(f"{SVG}path") if p.get("data-parent")]  # no parent edges in this mode
+    document = stream_json(view, moved_at + timedelta(hours=1))
+    assert document["moves"][0] == {"source": "P", "destination": "Q", "at": moved_at.isoformat()}
