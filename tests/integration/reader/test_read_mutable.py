@@ -14,7 +14,14 @@ import pytest
 from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.source.all_partitions import AllPartitions
 from spanner_cdc.source.reader import PartitionReader
-from spanner_cdc.source.records import DataChangeRecord, PartitionEndRecord, PartitionEventRecord, PartitionStartRecord
+from spanner_cdc.source.record_json import record_to_json
+from spanner_cdc.source.records import (
+    DataChangeRecord,
+    HeartbeatRecord,
+    PartitionEndRecord,
+    PartitionEventRecord,
+    PartitionStartRecord,
+)
 from tests.integration.reader.lineage_checks import read_all
 
 pytestmark = pytest.mark.integration
@@ -131,3 +138,28 @@ def test_read_cli_prints_the_new_record_kinds(make_spanner_database: Any, local_
     assert kinds["data_change"] >= 1 and kinds["partition_start"] >= 2 and kinds["partition_event"] >= 2 and kinds["partition_end"] == 1
     end_line = next(line for line in lines if line["kind"] == "partition_end")
     assert end_line["partition_token"] and end_line["end_timestamp"].endswith("Z")
+
+
+def test_interrupted_reads_resume_without_loss_or_repeats(make_spanner_database: Any, local_spanner: LocalSpanner) -> None:
+    database = make_spanner_database(GOOGLESQL)
+    start = datetime.now(UTC)
+    for round_ in range(3):
+        with database.batch() as batch:
+            batch.insert("items", ["id"], [[i] for i in range(round_ * 5, round_ * 5 + 5)])
+        local_spanner.control.move(database.name, "moving") if round_ else local_spanner.control.split(database.name, "moving")
+    end = datetime.now(UTC) + timedelta(seconds=1)
+    clean = list(AllPartitions(PartitionReader(database, "moving", dialect="auto", heartbeat_ms=1000), start, end, concurrency=1))
+
+    injected = local_spanner.control.status()["failures_injected"]
+    local_spanner.control.fail_next_reads(reads=3, after_rows=2)
+    # the client resumes UNAVAILABLE itself, with the last resume token: the server restarts the read there
+    reader = PartitionReader(database, "moving", dialect="auto", heartbeat_ms=1000)
+    interrupted = list(AllPartitions(reader, start, end, concurrency=1))
+    assert local_spanner.control.status()["failures_injected"] >= injected + 1
+    kinds = [type(r).__name__ for _, r in clean]
+    assert sum(len(r.mods) for _, r in clean if isinstance(r, DataChangeRecord)) == 15 and kinds.count("PartitionEventRecord") >= 4
+
+    def without_heartbeats(records: list[tuple[str | None, Any]]) -> Counter[str]:
+        return Counter(json.dumps(record_to_json(r, t), sort_keys=True) for t, r in records if not isinstance(r, HeartbeatRecord))
+
+    assert without_heartbeats(interrupted) == without_heartbeats(clean)

@@ -161,3 +161,30 @@ def test_time_policy_cycles_split_move_merge() -> None:
     # a split (1 pair), a move (1 pair), a merge (1 pair): three distinct times, each with a move-out and a move-in
     assert len({at for at, _ in events}) == 3 and len(events) == 6
     assert sum(1 for records in by_token.values() for r in records if "partition_end_record" in r) == 1
+
+
+def test_a_restarted_engine_serves_the_same_long_lived_partitions(tmp_path: Any) -> None:
+    clock = ManualClock()
+    engine = ChangeStreamEngine(clock, data_dir=tmp_path, policy=POLICY)
+    engine.create_stream(DB, StreamDef("s", None, options=MUTABLE), TABLES)
+    created = engine.streams(DB)[0].created_at
+    assert created is not None
+    clock.advance(timedelta(milliseconds=1))
+    writer = Writer(engine, clock)
+    (a, b) = drain(engine, None, created, created)[0]["partition_start_record"]["partition_tokens"]
+    for i in range(10):
+        writer.insert(SINGERS, {"SingerId": str(i)}, {"FirstName": "x"})
+    _, new = engine.split(DB, "s", a)
+    engine.move(DB, "s", [b, new])
+    engine.merge(DB, "s", [a, new])
+    for i in range(10, 20):
+        writer.insert(SINGERS, {"SingerId": str(i)}, {"FirstName": "y"})
+    end = clock.now()
+    clock.advance(timedelta(seconds=1))
+    before = read_all(engine, created, end)
+    engine.close()
+
+    restarted = ChangeStreamEngine(ManualClock(start=clock.now()), data_dir=tmp_path, policy=POLICY)
+    assert restarted.streams(DB)[0].mutable_key_range
+    assert read_all(restarted, created, end) == before
+    assert set(before) == {a, b, new} and any(kind(r) == "partition_end_record" for r in before[new])
