@@ -117,9 +117,6 @@ def to_proto(record: dict[str, Any]) -> Any:
 class ProtoRecordEncoder(RecordEncoder):
     """Each record as the base64 text of its serialized ChangeStreamRecord (the same in both dialects)."""
 
-    def __init__(self, postgres: bool) -> None:
-        super().__init__(postgres)
-
     def row(self, record: dict[str, Any]) -> Any:
         return base64.b64encode(to_proto(record).SerializeToString()).decode()
 

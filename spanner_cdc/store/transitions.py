@@ -193,12 +193,7 @@ class PartitionTransitions(StoreBase):
         def body(conn: Connection) -> list[str]:
             if conn.execute(LAND, params).scalar_one_or_none() is None:
                 raise self._lease_lost(conn, claim, "complete")
-            ready: list[str] = []
-            if new_started:
-                rows = conn.execute(INSERT_STARTED, {"lineage_id": claim.lineage_id, **new_started})
-                ready = list(rows.scalars().all())
-            if move_edges["sources"]:
-                conn.execute(INSERT_MOVES, {"lineage_id": claim.lineage_id, **move_edges})
+            ready = _insert_started_and_moves(conn, claim.lineage_id, new_started, move_edges)
             if new_children:
                 conn.execute(
                     INSERT_CHILDREN,
@@ -264,6 +259,18 @@ def _children_of(token: str, records: Sequence[ChildPartitionsRecord]) -> list[t
             parents.update(p for p in child.parent_partition_tokens if p)
             parents.add(token)
     return [(t, start, tuple(sorted(parents))) for t, (start, parents) in sorted(found.items())]
+
+
+def _insert_started_and_moves(
+    conn: Connection, lineage_id: int, started: dict[str, list[object]], moves: dict[str, list[object]]
+) -> list[str]:
+    """MUTABLE_KEY_RANGE: the announced partitions, READY if new (returned), and the moves as edges."""
+    ready: list[str] = []
+    if started:
+        ready = list(conn.execute(INSERT_STARTED, {"lineage_id": lineage_id, **started}).scalars().all())
+    if moves["sources"]:
+        conn.execute(INSERT_MOVES, {"lineage_id": lineage_id, **moves})
+    return ready
 
 
 def _started(records: Sequence[PartitionStartRecord]) -> dict[str, list[object]]:
