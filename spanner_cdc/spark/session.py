@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from spanner_cdc.errors import ConfigError, SparkStartError
+from spanner_cdc.masking import mask_spark_master
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -131,7 +132,7 @@ def _create(master: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
     if run_mode(master) == CONNECT:
-        log.info("spark: connecting to Spark Connect server %s", master)
+        log.info("spark: connecting to Spark Connect server %s", mask_spark_master(master))
         return SparkSession.builder.remote(master).appName(APP_NAME).getOrCreate()
     active = SparkSession.getActiveSession()
     if active is None and SparkSession._instantiatedSession is not None:  # type: ignore[attr-defined]
