@@ -198,7 +198,7 @@ def _start_driver(builder: Any, master: str) -> SparkSession:
 # fork() instead of vfork(), and fork() runs gRPC's fork handlers in the child: while the Spanner client's gRPC
 # threads are busy, a few children in a hundred abort there, before exec, so no JVM ever starts and pyspark
 # reports JAVA_GATEWAY_EXITED. Spawned without a preexec_fn, no fork handler runs; SIGINT is ignored in this
-# process around the spawn instead, which the child inherits through exec just the same.
+# process around the spawn instead (a Ctrl-C in those milliseconds is lost), which the child inherits through exec.
 @contextmanager
 def _spawn_without_fork_handlers() -> Iterator[None]:
     """While pyspark launches its gateway here, its Popen is `spawn_ignoring_sigint`."""
