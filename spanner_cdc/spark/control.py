@@ -9,7 +9,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from spanner_cdc.records import ChangeRecord, ChildPartition, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
+from spanner_cdc.source.records import (
+    ChangeRecord,
+    ChildPartition,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+)
 
 CONTROL_NAME = "control.json"
 
