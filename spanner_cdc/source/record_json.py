@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
+from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord, dispatch
 
 
 def rfc3339(value: datetime) -> str:
@@ -19,10 +19,19 @@ def rfc3339(value: datetime) -> str:
 
 def record_to_json(record: ChangeRecord, token: str | None) -> dict[str, Any]:
     """Pure: the record read from partition `token` (None for the first, root query)."""
-    if isinstance(record, DataChangeRecord):
+    return dispatch(record, _JsonForm(token))
+
+
+class _JsonForm:
+    """The JSON form of each record kind, with the partition it was read from."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    def data_change(self, record: DataChangeRecord) -> dict[str, Any]:
         return {
             "kind": "data_change",
-            "partition_token": token,
+            "partition_token": self.token,
             "commit_timestamp": rfc3339(record.commit_timestamp),
             "record_sequence": record.record_sequence,
             "server_transaction_id": record.server_transaction_id,
@@ -45,12 +54,14 @@ def record_to_json(record: ChangeRecord, token: str | None) -> dict[str, Any]:
             "transaction_tag": record.transaction_tag,
             "is_system_transaction": record.is_system_transaction,
         }
-    if isinstance(record, HeartbeatRecord):
-        return {"kind": "heartbeat", "partition_token": token, "timestamp": rfc3339(record.timestamp)}
-    if isinstance(record, ChildPartitionsRecord):
+
+    def heartbeat(self, record: HeartbeatRecord) -> dict[str, Any]:
+        return {"kind": "heartbeat", "partition_token": self.token, "timestamp": rfc3339(record.timestamp)}
+
+    def child_partitions(self, record: ChildPartitionsRecord) -> dict[str, Any]:
         return {
             "kind": "child_partitions",
-            "partition_token": token,
+            "partition_token": self.token,
             "start_timestamp": rfc3339(record.start_timestamp),
             "record_sequence": record.record_sequence,
             "child_partitions": [
@@ -58,4 +69,3 @@ def record_to_json(record: ChangeRecord, token: str | None) -> dict[str, Any]:
                 for c in record.child_partitions
             ],
         }
-    raise TypeError(f"not a change record: {type(record).__name__}")

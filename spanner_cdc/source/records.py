@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from spanner_cdc.names import VALUE_CAPTURE_TYPES as VALUE_CAPTURE_TYPES  # re-exported with the records
 
@@ -82,3 +82,27 @@ class ChildPartitionsRecord:
 
 
 ChangeRecord = DataChangeRecord | HeartbeatRecord | ChildPartitionsRecord
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class RecordHandler(Protocol[T_co]):
+    """One method per record kind. A new kind is added here and in `dispatch`; mypy then names every handler that lacks it."""
+
+    def data_change(self, record: DataChangeRecord) -> T_co: ...
+
+    def heartbeat(self, record: HeartbeatRecord) -> T_co: ...
+
+    def child_partitions(self, record: ChildPartitionsRecord) -> T_co: ...
+
+
+def dispatch(record: ChangeRecord, handler: RecordHandler[T_co]) -> T_co:
+    """The one place that tells record kinds apart: the handler's method for the record's kind."""
+    match record:
+        case DataChangeRecord():
+            return handler.data_change(record)
+        case HeartbeatRecord():
+            return handler.heartbeat(record)
+        case ChildPartitionsRecord():
+            return handler.child_partitions(record)
+    raise TypeError(f"not a change record: {type(record).__name__}")

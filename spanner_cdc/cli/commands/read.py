@@ -14,7 +14,7 @@ from typing import TextIO
 from spanner_cdc.cli.commands._flags import add_dialect_flag, add_spanner_flags, int_or_text
 from spanner_cdc.errors import ConfigError, RetentionError, UsageError
 from spanner_cdc.source.record_json import record_to_json, rfc3339
-from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
+from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord, dispatch
 
 ORDER = 20
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
@@ -66,17 +66,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def format_text(token: str | None, record: ChangeRecord) -> str:
-    if isinstance(record, DataChangeRecord):
+    return dispatch(record, _TextLine(token))
+
+
+class _TextLine:
+    """One line per record: its timestamp, the partition it came from, its kind and what tells it apart."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    def data_change(self, record: DataChangeRecord) -> str:
         keys = json.dumps([m.keys for m in record.mods], separators=(",", ":"))
         return (
-            f"{rfc3339(record.commit_timestamp)} {token} data_change {record.mod_type} {record.table_name} "
+            f"{rfc3339(record.commit_timestamp)} {self.token} data_change {record.mod_type} {record.table_name} "
             f"txn={record.server_transaction_id} seq={record.record_sequence} mods={len(record.mods)} keys={keys}"
         )
-    if isinstance(record, HeartbeatRecord):
-        return f"{rfc3339(record.timestamp)} {token} heartbeat"
-    assert isinstance(record, ChildPartitionsRecord)
-    kids = " ".join(f"{c.token}<-[{','.join(c.parent_partition_tokens)}]" for c in record.child_partitions)
-    return f"{rfc3339(record.start_timestamp)} {token} child_partitions seq={record.record_sequence} {kids}"
+
+    def heartbeat(self, record: HeartbeatRecord) -> str:
+        return f"{rfc3339(record.timestamp)} {self.token} heartbeat"
+
+    def child_partitions(self, record: ChildPartitionsRecord) -> str:
+        kids = " ".join(f"{c.token}<-[{','.join(c.parent_partition_tokens)}]" for c in record.child_partitions)
+        return f"{rfc3339(record.start_timestamp)} {self.token} child_partitions seq={record.record_sequence} {kids}"
 
 
 def write_records(records: Iterable[tuple[str | None, ChangeRecord]], fmt: str, out: TextIO) -> int:
