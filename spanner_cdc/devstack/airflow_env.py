@@ -28,7 +28,7 @@ MIGRATED_STAMP = ".spanner_cdc_migrated"
 
 def repo_root() -> Path:
     """The checkout holding dags/ and plugins/ (the package is installed in editable mode from it)."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
