@@ -8,11 +8,10 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from spanner_cdc.errors import NotFound, StoreError
-from spanner_cdc.records import ChildPartition
-from spanner_cdc.store import rules
-from spanner_cdc.store.models import Lineage, LineageGraph, PartitionRow
-from spanner_cdc.store.rows import (
+from spanner_cdc.errors import NotFound, StoreError, setting
+from spanner_cdc.lineage import rules
+from spanner_cdc.source.records import ChildPartition
+from spanner_cdc.store.base import (
     LINEAGE_COLUMNS,
     PARTITION_SELECT,
     WINDOW_COLUMNS,
@@ -22,6 +21,7 @@ from spanner_cdc.store.rows import (
     utc,
     window_from,
 )
+from spanner_cdc.store.models import Lineage, LineageGraph, PartitionRow
 
 INSERT_LINEAGE = sa.text(
     "INSERT INTO cdc_lineages (stream, namespace, database) VALUES (:stream, :namespace, :database) "
@@ -63,7 +63,7 @@ class LineageQueries(StoreBase):
                 if lineage.database:
                     raise StoreError(
                         f"lineage {lineage.name} belongs to Spanner database {lineage.database!r}, not {database!r}: "
-                        "use another --namespace for another database"
+                        f"use another {setting('namespace')} for another database"
                     )
                 conn.execute(
                     sa.text("UPDATE cdc_lineages SET database = :database WHERE id = :id"),

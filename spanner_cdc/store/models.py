@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from spanner_cdc.errors import StoreError
-from spanner_cdc.store import rules
+from spanner_cdc.lineage import rules
 
 
 class LeaseLost(StoreError):

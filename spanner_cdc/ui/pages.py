@@ -7,6 +7,7 @@ from datetime import datetime
 from html import escape
 from urllib.parse import quote, urlencode
 
+from spanner_cdc.times import display_time, human_duration
 from spanner_cdc.ui.health import StuckPartition, lag_seconds, state_counts, stuck
 from spanner_cdc.ui.svg import STATE_COLOURS, legend_svg, render_lineage_svg
 from spanner_cdc.ui.view import StreamView, WindowView
@@ -30,20 +31,6 @@ def _e(value: object) -> str:
     return escape("" if value is None else str(value))
 
 
-def _ts(value: datetime | None, precise: bool = True) -> str:
-    """Watermarks keep their microseconds (a window ends at E - 1 µs); wall-clock times do not need them."""
-    if value is None:
-        return "—"
-    return value.strftime("%Y-%m-%d %H:%M:%S.%f UTC" if precise and value.microsecond else "%Y-%m-%d %H:%M:%S UTC")
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
 
 
 def stream_href(base: str, stream: str, namespace: str) -> str:
@@ -74,7 +61,7 @@ def render_index(base: str, views: Sequence[StreamView], store_label: str, now: 
             f'<tr data-stream="{_e(ln.stream)}" data-namespace="{_e(ln.namespace)}">'
             f'<td><a href="{_e(stream_href(base, ln.stream, ln.namespace))}">{_e(ln.stream)}</a></td>'
             f"<td>{_e(ln.namespace)}</td><td>{_e(ln.database) or '—'}</td><td>{_e(counts)}</td>"
-            f"<td class=num>{_duration(lag)}</td><td class=num>{complete} / {len(view.windows)}</td>"
+            f"<td class=num>{human_duration(lag, '—')}</td><td class=num>{complete} / {len(view.windows)}</td>"
             f'<td class="num {"bad" if stuck_count else "ok"}">{stuck_count}</td></tr>'
         )
     table = (
@@ -86,7 +73,7 @@ def render_index(base: str, views: Sequence[StreamView], store_label: str, now: 
     body = (
         f"<h1>Spanner CDC lineages</h1><p class=muted>metadata store: <code>{_e(store_label)}</code> · "
         f'<a href="{_e(base)}/api/lineages">JSON</a> · <a href="{_e(base)}/metrics">metrics</a> · '
-        f"shown at {_ts(now, precise=False)}</p>{table}"
+        f"shown at {display_time(now, precise=False)}</p>{table}"
     )
     return _page("Spanner CDC", body)
 
@@ -98,9 +85,9 @@ def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime
     complete = sum(1 for w in view.windows if w.complete)
     cards = [
         ("partitions", str(len(view.partitions)), counts or "none"),
-        ("low watermark", _duration(lag) + " ago" if lag is not None else "—", _ts(view.low_watermark)),
+        ("low watermark", human_duration(lag, '—') + " ago" if lag is not None else "—", display_time(view.low_watermark)),
         ("windows complete", f"{complete} / {len(view.windows)}",
-         f"newest {_ts(newest.start)} → {_ts(newest.end)}" if newest else "no window yet"),
+         f"newest {display_time(newest.start)} → {display_time(newest.end)}" if newest else "no window yet"),
         ("stuck", str(len({s.token for s in stuck_list})), "see the stuck list" if stuck_list else "nothing stuck"),
     ]
     return '<div class="cards">' + "".join(
@@ -114,11 +101,11 @@ def _partitions_table(view: StreamView) -> str:
     rows = []
     for p in sorted(view.partitions, key=lambda p: (p.start is not None, p.start.timestamp() if p.start else 0.0, p.token)):
         lag = lag_seconds(p, view)
-        lease = f"{p.lease_owner} until {_ts(p.lease_expires_at, precise=False)}" if p.lease_owner else "—"
+        lease = f"{p.lease_owner} until {display_time(p.lease_expires_at, precise=False)}" if p.lease_owner else "—"
         rows.append(
             f'<tr data-token="{_e(p.token)}"><td class=mono>{_e(p.token)}</td><td>{_state_badge(p.state)}</td>'
-            f"<td>{_ts(p.start)}</td><td>{_ts(p.end)}</td><td>{_ts(p.watermark)}</td>"
-            f"<td class=num>{_duration(lag)}</td><td class=num>{p.attempts}</td><td>{_e(lease)}</td>"
+            f"<td>{display_time(p.start)}</td><td>{display_time(p.end)}</td><td>{display_time(p.watermark)}</td>"
+            f"<td class=num>{human_duration(lag, '—')}</td><td class=num>{p.attempts}</td><td>{_e(lease)}</td>"
             f"<td class=mono>{_e(', '.join(p.parents)) or '—'}</td>"
             f"<td class='error'>{_e(p.last_error) or '—'}</td></tr>"
         )
@@ -138,10 +125,10 @@ def _check_cell(window: WindowView) -> str:
 def _windows_table(view: StreamView) -> str:
     rows = "".join(
         f'<tr data-window-start="{_e(w.start.isoformat())}" data-complete="{str(w.complete).lower()}">'
-        f"<td>{_ts(w.start)}</td><td>{_ts(w.end)}</td><td>{_e(w.state)}</td>"
+        f"<td>{display_time(w.start)}</td><td>{display_time(w.end)}</td><td>{_e(w.state)}</td>"
         f'<td class="{"ok" if w.complete else "bad"}">{"complete" if w.complete else "open"}</td>'
         f"<td class=num>{_e(w.records) or '—'}</td><td class=num>{_e(w.files) or '—'}</td>"
-        f"<td>{_check_cell(w)}</td><td class=num>{_duration(w.duration_seconds)}</td></tr>"
+        f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td></tr>"
         for w in sorted(view.windows, key=lambda w: w.start, reverse=True)
     )
     return (
@@ -179,7 +166,7 @@ def render_stream(
     graph = render_lineage_svg(view, frozenset(s.token for s in stuck_list))
     body = (
         f'<p class=muted><a href="{_e(base)}/">all lineages</a> · namespaces: {others} · '
-        f'<a href="{_e(api)}">JSON</a> · store <code>{_e(store_label)}</code> · shown at {_ts(now, precise=False)}</p>'
+        f'<a href="{_e(api)}">JSON</a> · store <code>{_e(store_label)}</code> · shown at {display_time(now, precise=False)}</p>'
         f"<h1>{_e(ln.stream)} <span class=muted>namespace {_e(ln.namespace)}"
         f"{' · database ' + _e(ln.database) if ln.database else ''}</span></h1>"
         f"{_cards(view, stuck_list, now)}"

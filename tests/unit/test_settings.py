@@ -80,7 +80,7 @@ def test_the_output_root_is_checked_up_front_only_where_it_is_local(tmp_path: Pa
 
     (tmp_path / "file").write_text("x")
     for bad in (tmp_path / "file", tmp_path / "file" / "lake"):
-        with pytest.raises(ConfigError, match=r"--output-root / SPANNER_CDC_OUTPUT_ROOT.*file is a file"):
+        with pytest.raises(ConfigError, match=r"invalid output_root=.*file is a file"):
             check_output_root(bad)
     check_output_root(tmp_path / "new" / "lake")  # can be created
     assert not (tmp_path / "new").exists()  # and the check created nothing

@@ -1,0 +1,151 @@
+"""The side channel of a token job: what the executor saw besides data (children, heartbeats, the end), as a tiny file."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.source.records import (
+    ChangeRecord,
+    ChildPartition,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+    dispatch,
+)
+from spanner_cdc.times import iso_z
+
+CONTROL_NAME = "control.json"
+
+
+
+def _dt(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+@dataclass
+class ControlSummary:
+    """Counts and control records of one token's read over [read_from, read_to] (both inclusive)."""
+
+    token: str
+    read_from: datetime
+    read_to: datetime
+    data_records: int = 0
+    rows: int = 0
+    heartbeats: int = 0
+    last_timestamp: datetime | None = None
+    children: list[ChildPartitionsRecord] = field(default_factory=list)
+    tables: dict[str, int] = field(default_factory=dict)
+    resumes: int = 0
+    elapsed_s: float = 0.0  # the executor's wall and CPU time for the read (and the landing)
+    cpu_s: float = 0.0
+    error_type: str | None = None
+    error_message: str | None = None
+    _rows_of_record: int = field(default=0, init=False, repr=False, compare=False)  # rows of the record being observed
+
+    @property
+    def finished(self) -> bool:
+        """A child partitions record ends the partition: everything after it belongs to the children."""
+        return bool(self.children)
+
+    @property
+    def watermark(self) -> datetime:
+        """Landed up to the children's start when the partition ended in range, else to the range's end."""
+        if self.children:
+            return min(record.start_timestamp for record in self.children)
+        return self.read_to
+
+    def observe(self, record: ChangeRecord, rows: int = 0) -> None:
+        """Count the record (a data change record landed as `rows` lake rows) and move the last timestamp."""
+        self._rows_of_record = rows
+        dispatch(record, self)
+        ts = record.timestamp
+        if self.last_timestamp is None or ts > self.last_timestamp:
+            self.last_timestamp = ts
+
+    def data_change(self, record: DataChangeRecord) -> None:
+        self.data_records += 1
+        self.rows += self._rows_of_record
+        self.tables[record.table_name] = self.tables.get(record.table_name, 0) + self._rows_of_record
+
+    def heartbeat(self, record: HeartbeatRecord) -> None:
+        self.heartbeats += 1
+
+    def child_partitions(self, record: ChildPartitionsRecord) -> None:
+        self.children.append(record)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "read_from": iso_z(self.read_from),
+            "read_to": iso_z(self.read_to),
+            "data_records": self.data_records,
+            "rows": self.rows,
+            "heartbeats": self.heartbeats,
+            "last_timestamp": iso_z(self.last_timestamp),
+            "children": [
+                {
+                    "start_timestamp": iso_z(record.start_timestamp),
+                    "record_sequence": record.record_sequence,
+                    "child_partitions": [
+                        {"token": child.token, "parent_partition_tokens": list(child.parent_partition_tokens)}
+                        for child in record.child_partitions
+                    ],
+                }
+                for record in self.children
+            ],
+            "tables": dict(sorted(self.tables.items())),
+            "resumes": self.resumes,
+            "elapsed_s": round(self.elapsed_s, 4),
+            "cpu_s": round(self.cpu_s, 4),
+            "error_type": self.error_type,
+            "error_message": self.error_message,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ControlSummary:
+        children = [
+            ChildPartitionsRecord(
+                start_timestamp=datetime.fromisoformat(record["start_timestamp"]),
+                record_sequence=record["record_sequence"],
+                child_partitions=tuple(
+                    ChildPartition(child["token"], tuple(child["parent_partition_tokens"]))
+                    for child in record["child_partitions"]
+                ),
+            )
+            for record in data.get("children", [])
+        ]
+        return cls(
+            token=data["token"],
+            read_from=datetime.fromisoformat(data["read_from"]),
+            read_to=datetime.fromisoformat(data["read_to"]),
+            data_records=int(data.get("data_records", 0)),
+            rows=int(data.get("rows", 0)),
+            heartbeats=int(data.get("heartbeats", 0)),
+            last_timestamp=_dt(data.get("last_timestamp")),
+            children=children,
+            tables={str(k): int(v) for k, v in data.get("tables", {}).items()},
+            resumes=int(data.get("resumes", 0)),
+            elapsed_s=float(data.get("elapsed_s", 0.0)),
+            cpu_s=float(data.get("cpu_s", 0.0)),
+            error_type=data.get("error_type"),
+            error_message=data.get("error_message"),
+        )
+
+    def write(self, path: Path) -> None:
+        """Atomically: a retried task attempt replaces the whole file, a reader never sees half of one."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.to_json(), sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, path: Path) -> ControlSummary | None:
+        try:
+            return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            return None
