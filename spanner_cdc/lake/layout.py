@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from spanner_cdc.errors import ConfigError, setting
 from spanner_cdc.lake.storage import find, join, scheme_of
@@ -47,6 +48,16 @@ def escape_table(table: str) -> str:
     return "".join(ch if _SAFE_TABLE.match(ch) else f"%{ord(ch):02X}" for ch in table)
 
 
+def object_name(
+    root: str, *, lineage_id: int, token: str, range_start: datetime, range_end: datetime, table: str,
+    window_start: datetime, sequence: int = 0,
+) -> str:  # fmt: skip
+    """Where a token's range lands one table's rows under a lineage's `root`: deterministic in (lineage,
+    token, range, table, window), so a retry writes the same object instead of a second one."""
+    stem = f"part-L{lineage_id}-{token_digest(token)}-{compact_time(range_start)}-{compact_time(range_end)}"
+    return join(root, f"table={escape_table(table)}", f"window_start={partition_time(window_start)}", f"{stem}-{sequence:03d}.parquet")
+
+
 @dataclass(frozen=True)
 class LakeLayout:
     """The lake of one lineage: `<output_root>/<stream>/<namespace>/`."""
@@ -72,12 +83,9 @@ class LakeLayout:
     def window_prefix(self, table: str, window_start: datetime) -> str:
         return join(self.location, f"table={escape_table(table)}", f"window_start={partition_time(window_start)}")
 
-    def published_location(
-        self, *, lineage_id: int, token: str, range_start: datetime, range_end: datetime, table: str, window_start: datetime, sequence: int
-    ) -> str:
-        """Where a token's range lands one table's rows: deterministic, so a retry writes the same object."""
-        stem = self.file_stem(lineage_id, token, range_start, range_end)
-        return join(self.window_prefix(table, window_start), f"{stem}-{sequence:03d}.parquet")
+    def published_location(self, **name: Any) -> str:
+        """object_name() under this lineage's root."""
+        return object_name(self.location, **name)
 
     def window_objects_pattern(self, lineage_id: int, window_start: datetime, stem: str = "") -> str:
         """Every object a lineage's extracts of one window may have written (a token's with its `stem`)."""

@@ -35,6 +35,11 @@ def join(root: str | Path, *parts: str) -> str:
     return "/".join([str(root).rstrip("/") or "/", *(p.strip("/") for p in parts if p)])
 
 
+def identity(location: str | Path) -> str:
+    """One text per file whatever its spelling (a local path relative or absolute), to compare listings with the manifest."""
+    return str(location) if scheme_of(location) else os.path.abspath(location)
+
+
 def filesystem(location: str | Path) -> Any:
     """The fsspec filesystem of a location, one per process and endpoint (listings are never cached:
     other processes write the same prefixes)."""
@@ -65,7 +70,7 @@ def _new_filesystem(scheme: str | None) -> Any:
     return s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True)
 
 
-def _bare(location: str | Path) -> str:
+def bare(location: str | Path) -> str:
     """The location as its filesystem names it (fsspec drops the scheme)."""
     text = str(location)
     return text.split("://", 1)[1] if scheme_of(text) else text
@@ -76,13 +81,13 @@ def _with_scheme(scheme: str | None, bare: str) -> str:
 
 
 def exists(location: str | Path) -> bool:
-    return bool(filesystem(location).exists(_bare(location)))
+    return bool(filesystem(location).exists(bare(location)))
 
 
 def read_bytes(location: str | Path) -> bytes | None:
     """The object's content, or None when there is none."""
     try:
-        return bytes(filesystem(location).cat_file(_bare(location)))
+        return bytes(filesystem(location).cat_file(bare(location)))
     except FileNotFoundError:
         return None
 
@@ -103,7 +108,7 @@ def write_bytes(location: str | Path, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
         return
-    filesystem(location).pipe_file(_bare(location), data)
+    filesystem(location).pipe_file(bare(location), data)
 
 
 def scratch_for(destination: str | Path, scratch_dir: Path) -> Path:
@@ -126,14 +131,14 @@ def put_file(scratch: Path, destination: str | Path) -> int:
         os.replace(scratch, destination)
         return size
     try:
-        filesystem(destination).put_file(str(scratch), _bare(destination))
+        filesystem(destination).put_file(str(scratch), bare(destination))
     finally:
         scratch.unlink(missing_ok=True)
     return size
 
 
 def size_of(location: str | Path) -> int:
-    return int(filesystem(location).size(_bare(location)))
+    return int(filesystem(location).size(bare(location)))
 
 
 def glob(pattern: str | Path) -> list[str]:
@@ -143,7 +148,7 @@ def glob(pattern: str | Path) -> list[str]:
         return sorted(_glob.glob(str(pattern)))
     fs = filesystem(pattern)
     fs.invalidate_cache()
-    return sorted(_with_scheme(scheme, p) for p in fs.glob(_bare(pattern)))
+    return sorted(_with_scheme(scheme, p) for p in fs.glob(bare(pattern)))
 
 
 def find(root: str | Path) -> list[str]:
@@ -154,7 +159,7 @@ def find(root: str | Path) -> list[str]:
     fs = filesystem(root)
     fs.invalidate_cache()
     try:
-        return sorted(_with_scheme(scheme, p) for p in fs.find(_bare(root)))
+        return sorted(_with_scheme(scheme, p) for p in fs.find(bare(root)))
     except FileNotFoundError:
         return []
 
@@ -165,9 +170,9 @@ def remove(locations: Iterable[str | Path]) -> list[str]:
     for location in locations:
         fs = filesystem(location)
         try:
-            if scheme_of(location) and not fs.exists(_bare(location)):  # S3 deletes a missing key silently
+            if scheme_of(location) and not fs.exists(bare(location)):  # S3 deletes a missing key silently
                 continue
-            fs.rm_file(_bare(location))
+            fs.rm_file(bare(location))
         except FileNotFoundError:
             continue
         removed.append(str(location))
@@ -178,6 +183,6 @@ def remove_tree(location: str | Path) -> None:
     """Delete everything under `location` (staging of an attempt); nothing there is fine."""
     fs = filesystem(location)
     try:
-        fs.rm(_bare(location), recursive=True)
+        fs.rm(bare(location), recursive=True)
     except FileNotFoundError:
         pass

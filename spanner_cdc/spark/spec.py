@@ -10,6 +10,7 @@ from typing import Any
 
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.lake.envelope import DEFAULT_MAX_ROWS
+from spanner_cdc.lake.storage import join
 from spanner_cdc.spark.control_file import CONTROL_NAME
 
 DATA_DIR = "data"
@@ -46,14 +47,17 @@ class TokenJobSpec:
     attempt_dir: str
     max_rows: int = DEFAULT_MAX_ROWS
     writer: str = "arrow"
+    # where the arrow writer lands the files itself: LakeLayout.location, and the names' lineage
+    lake_root: str = ""
+    lineage_id: int = 0
 
     @property
     def data_dir(self) -> Path:
         return Path(self.attempt_dir) / DATA_DIR
 
     @property
-    def control_path(self) -> Path:
-        return Path(self.attempt_dir) / CONTROL_NAME
+    def control_path(self) -> str:
+        return join(self.attempt_dir, CONTROL_NAME)
 
     def options(self) -> dict[str, str]:
         options = {}
@@ -84,6 +88,8 @@ class TokenJobSpec:
             attempt_dir=get("attempt_dir"),
             max_rows=int(get("max_rows") or DEFAULT_MAX_ROWS),
             writer=get("writer") or "arrow",
+            lake_root=get("lake_root") or "",
+            lineage_id=int(get("lineage_id") or 0),
         )
 
 
