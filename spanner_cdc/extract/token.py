@@ -213,6 +213,29 @@ def _manifest(job: ExtractJob, spec: TokenJobSpec, listing: list[dict[str, Any]]
     ]
 
 
+def _start_attempt(job: ExtractJob, claim: Claim, read_from: datetime, read_to: datetime) -> TokenJobSpec:
+    """Clean up after crashed attempts of the token, journal this one's names, and say what its job reads."""
+    token = claim.token
+    _remove_orphans(job, token)
+    clear_old_attempts(job.layout, token)
+    attempt_dir = join(
+        job.layout.staging_location(token),
+        f"{compact_time(read_from)}-{compact_time(read_to)}-a{claim.attempt}-{uuid.uuid4().hex[:8]}",
+    )
+    if job.writer != "arrow" and job.layout.is_url:
+        raise ConfigError(WRITER_ENV, job.writer, "arrow when the output root is a bucket (Spark's own Parquet writer would need the Hadoop GCS / S3 connectors)")
+    if job.writer == "arrow":  # the executor writes the published names itself: journal them first
+        begin_attempt(
+            job.layout, token, lineage_id=job.lineage_id, range_start=read_from, range_end=read_to,
+            window_start=job.window_start, window_end=job.window_end,
+        )  # fmt: skip
+    return TokenJobSpec(
+        stream=job.stream, token=token, read_from=read_from, read_to=read_to, window_start=job.window_start,
+        window_end=job.window_end, read_method=job.read_method, attempt_dir=attempt_dir, writer=job.writer,
+        lake_root=job.layout.location, lineage_id=job.lineage_id, **job.connection,
+    )  # fmt: skip
+
+
 def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
     """Read the claimed token over [read_from, E - 1 µs], land it, and commit it (or record the failure)."""
     started = time.monotonic()
@@ -222,33 +245,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         promoted = job.store.complete(claim, watermark=read_to, finished=False)
         return TokenResult(token, 0, 0, False, read_to, promoted, 0, read_from, read_to)
     try:
-        _remove_orphans(job, token)
-        clear_old_attempts(job.layout, token)
-        attempt_dir = join(
-            job.layout.staging_location(token),
-            f"{compact_time(read_from)}-{compact_time(read_to)}-a{claim.attempt}-{uuid.uuid4().hex[:8]}",
-        )
-        if job.writer != "arrow" and job.layout.is_url:
-            raise ConfigError(WRITER_ENV, job.writer, "arrow when the output root is a bucket (Spark's own Parquet writer would need the Hadoop GCS / S3 connectors)")
-        if job.writer == "arrow":  # the executor writes the published names itself: journal them first
-            begin_attempt(
-                job.layout, token, lineage_id=job.lineage_id, range_start=read_from, range_end=read_to,
-                window_start=job.window_start, window_end=job.window_end,
-            )  # fmt: skip
-        spec = TokenJobSpec(
-            stream=job.stream,
-            token=token,
-            read_from=read_from,
-            read_to=read_to,
-            window_start=job.window_start,
-            window_end=job.window_end,
-            read_method=job.read_method,
-            attempt_dir=attempt_dir,
-            writer=job.writer,
-            lake_root=job.layout.location,
-            lineage_id=job.lineage_id,
-            **job.connection,
-        )
+        spec = _start_attempt(job, claim, read_from, read_to)
         log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, short_token(token), read_from.isoformat(), read_to.isoformat(), claim.attempt)
         summary, listing = run_token_job(job.spark, spec)
         failpoint("after_job")
@@ -282,7 +279,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         raise
     failpoint("after_commit")
     clear_journal(job.layout, token)
-    clear_staging(attempt_dir)
+    clear_staging(spec.attempt_dir)
     elapsed = time.monotonic() - started
     log.info(
         "%s %s: landed %d rows in %d files in %.1fs (executor %.1fs, %.1fs CPU); watermark %s%s",
