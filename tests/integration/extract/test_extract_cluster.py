@@ -34,8 +34,10 @@ def two_workers(s3_server: ObjectStore, tmp_path_factory: pytest.TempPathFactory
 
 def test_two_workers_sharing_only_the_bucket_land_a_splitting_window_exactly(
     two_workers: StandaloneCluster, s3_server: ObjectStore, make_spanner_database: Any, local_spanner: LocalSpanner,
-    extract_settings: Any, store: MetadataStore, tmp_path: Path,
+    extract_settings: Any, store: MetadataStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
+    for key, value in s3_server.env.items():  # this process reads the bucket back
+        monkeypatch.setenv(key, value)
     database = make_spanner_database(DDL)
     settings = extract_settings(
         database.database_id, STREAM, output_root=s3_server.root(f"cluster-{database.database_id}"),
