@@ -181,7 +181,7 @@ class PartitionReader:
             mapper = None
             for row in results:
                 if mapper is None:  # the metadata arrives with the first message
-                    mapper = row_mapper(self.dialect, results.fields)
+                    mapper = row_mapper(self.dialect, results.fields, results.decode_row)
                 yield from mapper(row)
 
     def _error(self, exc: gexc.GoogleAPICallError, token: str | None, start: datetime) -> Exception:

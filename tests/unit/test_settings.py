@@ -112,3 +112,25 @@ def test_a_bad_output_root_names_the_field_and_what_is_accepted(value: str, show
     message = str(caught.value)
     assert message.startswith(f"invalid --output-root={shown!r}: expected a local path, gs://bucket/prefix or s3://bucket/prefix")
     assert "hunter2" not in message and "\n" not in message
+
+
+SECRET = "s3cr3t p@ss:w/rd%"  # as typed; in the URL it is quoted
+TOKEN = "sc-token-7f3a"
+
+
+def test_the_repr_shows_no_password_and_no_connect_token() -> None:
+    url = "postgresql://cdc:s3cr3t%20p%40ss%3Aw%2Frd%25@db.internal:5432/spanner_cdc"
+    settings = load_settings({"metadata_url": url, "spark_master": f"sc://connect:15002/;user_id=cdc;token={TOKEN}"}, env={})
+    shown = repr(settings)
+    assert "s3cr3t" not in shown and TOKEN not in shown, shown
+    assert "metadata_url='postgresql://cdc:***@db.internal:5432/spanner_cdc'" in shown, shown
+    assert "spark_master='sc://connect:15002/;user_id=cdc;token=***'" in shown, shown
+    assert shown.startswith("Settings(project='local-project', ") and "namespace='live'" in shown, shown
+    assert load_settings({"metadata_url": url}, env={}).metadata_url == url  # only the repr hides it
+
+
+def test_a_bad_spark_master_is_named_without_its_token() -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings({"spark_master": f"sc://connect host:15002/;token={TOKEN}"}, env={})
+    assert TOKEN not in str(error.value), error.value
+    assert "invalid --spark-master='sc://connect host:15002/;token=***'" in str(error.value), error.value
