@@ -63,7 +63,7 @@ def _params() -> dict[str, Param]:
             "",
             type="string",
             title="Output root",
-            description="Root of the lake to write to; empty means the stream's configured output root.",
+            description="Root of the lake to write to: a path, gs://bucket/prefix or s3://bucket/prefix; empty means the stream's configured output root.",
         ),
     }
 

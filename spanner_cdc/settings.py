@@ -90,6 +90,43 @@ def _path(name: str, value: Any) -> Path:
     return Path(_text(name, value)).expanduser()
 
 
+# The lake's roots: a local path, or a bucket (and prefix) on Google Cloud Storage or S3.
+LAKE_SCHEMES = ("gs", "s3")
+LAKE_ROOT_ACCEPTED = "a local path, gs://bucket/prefix or s3://bucket/prefix"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):/")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._\-]{1,220}[a-z0-9]$")
+
+
+def output_root(name: str, value: Any) -> Path | str:
+    """A local lake root as a Path; a gs:// or s3:// root as its normalized URL text (no trailing slash).
+
+    Credentials never go in the URL (they come from the standard places), so one with a user part is
+    refused without echoing it.
+    """
+    text = _text(name, value)
+    scheme = _SCHEME.match(text)
+    if scheme is None:
+        return Path(text).expanduser()
+    prefix = scheme.group(1).lower()
+    rest = text[len(prefix) + 3 :] if text[len(prefix) + 1 :].startswith("//") else None
+    if prefix not in LAKE_SCHEMES or rest is None:
+        raise ConfigError(name, value, LAKE_ROOT_ACCEPTED)
+    bucket, _, path = rest.partition("/")
+    if "@" in bucket or ":" in bucket:
+        raise ConfigError(name, f"{prefix}://***", LAKE_ROOT_ACCEPTED + " without credentials (they come from the environment)")
+    if not _BUCKET.match(bucket):
+        raise ConfigError(name, value, LAKE_ROOT_ACCEPTED + " with a bucket name of 3-222 lower-case letters, digits, . _ -")
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise ConfigError(name, value, LAKE_ROOT_ACCEPTED + " without . or .. in the prefix")
+    return "/".join([f"{prefix}://{bucket}", *parts])
+
+
+def is_lake_url(root: Path | str) -> bool:
+    """Whether a lake root is a bucket (gs://, s3://) rather than a local path."""
+    return isinstance(root, str) and root.split("://", 1)[0] in LAKE_SCHEMES
+
+
 def _meta(parse: Callable[[str, Any], Any], help: str) -> dict[str, Any]:
     return {"parse": parse, "help": help}
 
@@ -109,7 +146,9 @@ class Settings:
     metadata_url: str | None = field(
         default=None, metadata=_meta(_postgres_url, "Postgres URL of the metadata store (default: embedded)")
     )
-    output_root: Path = field(default=Path(".local/lake"), metadata=_meta(_path, "root of the data lake"))
+    output_root: Path | str = field(
+        default=Path(".local/lake"), metadata=_meta(output_root, "root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix")
+    )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
     namespace: str = field(default="live", metadata=_meta(_identifier, "lineage namespace"))
     concurrency: int = field(default=4, metadata=_meta(_int_between(1, 256), "tokens extracted at once"))

@@ -11,7 +11,7 @@ from typing import Any
 
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.names import IDENTIFIER, hourly_dag_id
-from spanner_cdc.settings import DIALECTS, Settings
+from spanner_cdc.settings import DIALECTS, Settings, output_root
 
 CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 DATETIME_HINT = "an ISO 8601 date-time such as 2024-01-01T00:00:00Z (no zone means UTC)"
@@ -32,7 +32,7 @@ class StreamConfig:
     database: str | None = None
     dialect: str | None = None
     heartbeat_ms: int | None = None
-    output_root: Path | None = None
+    output_root: Path | str | None = None
     concurrency: int | None = None
 
     @property
@@ -81,10 +81,6 @@ def _dialect(label: str, value: Any) -> str:
     raise ConfigError(label, value, "one of " + ", ".join(DIALECTS))
 
 
-def _path(label: str, value: Any) -> Path:
-    return Path(_text(label, value)).expanduser()
-
-
 def _bool(label: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(label, value, "true or false")
@@ -129,7 +125,7 @@ PARSERS: dict[str, Any] = {
     "database": _text,
     "dialect": _dialect,
     "heartbeat_ms": _int_between(1000, 300_000),
-    "output_root": _path,
+    "output_root": output_root,
     "concurrency": _int_between(1, 256),
 }
 ACCEPTED_KEYS = ("name", *PARSERS)

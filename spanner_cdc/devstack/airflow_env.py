@@ -119,7 +119,7 @@ def prepare(
     variables.update(
         {
             "SPANNER_CDC_HOME": str(settings.home.absolute()),
-            "SPANNER_CDC_OUTPUT_ROOT": str(settings.output_root.absolute()),
+            "SPANNER_CDC_OUTPUT_ROOT": str(root if isinstance(root := settings.output_root, str) else root.absolute()),
             "SPANNER_CDC_METADATA_URL": embedded_pg.metadata_url(settings.home.absolute(), settings.metadata_url),
         }
     )

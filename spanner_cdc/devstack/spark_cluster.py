@@ -118,36 +118,53 @@ class _Launched:
 
 
 class StandaloneCluster(_Launched):
-    """A master and one worker (`cores`, `memory`) on loopback: `master_url` is spark://127.0.0.1:<port>."""
+    """A master and `workers` workers (`cores`, `memory` each) on loopback: `master_url` is spark://127.0.0.1:<port>.
 
-    def __init__(self, *, cores: int = 1, memory: str = "1g", work_dir: Path | None = None) -> None:
+    Each worker has directories of its own (SPARK_WORKER_DIR, SPARK_LOCAL_DIRS under `worker-<n>/`), shared
+    with no other worker nor the driver; `env` adds to the workers' environment (e.g. an object store's endpoint).
+    """
+
+    def __init__(
+        self, *, cores: int = 1, memory: str = "1g", work_dir: Path | None = None, workers: int = 1,
+        env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(work_dir)
         self.port = free_port()
         self.master_url = f"spark://{HOST}:{self.port}"
-        home = spark_home()
+        self.worker_dirs: list[Path] = []
         try:
             master = SparkProcess(
                 "standalone master",
-                [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
+                [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
                  "--host", HOST, "--port", str(self.port), "--webui-port", str(free_port())],
                 self.env,
                 self.work_dir / "logs" / "master.log",
             )  # fmt: skip
             self.processes.append(master)
             master.wait_for("I have been elected leader")
-            worker = SparkProcess(
-                "standalone worker",
-                [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", self.master_url,
-                 "--host", HOST, "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
-                 "--work-dir", str(self.work_dir / "worker")],
-                self.env,
-                self.work_dir / "logs" / "worker.log",
-            )  # fmt: skip
-            self.processes.append(worker)
-            worker.wait_for("Successfully registered with master")
+            for number in range(workers):
+                self._start_worker(number, cores, memory, env or {})
         except BaseException:
             self.stop()
             raise
+
+    def _start_worker(self, number: int, cores: int, memory: str, extra_env: dict[str, str]) -> None:
+        # one worker keeps the original layout (work_dir/worker); more get worker-<n>/ each
+        base = self.work_dir / ("worker" if number == 0 else f"worker-{number}")
+        local = base / "local"
+        local.mkdir(parents=True, exist_ok=True)
+        env = {**self.env, **extra_env, "SPARK_WORKER_DIR": str(base), "SPARK_LOCAL_DIRS": str(local), "TMPDIR": str(local)}
+        worker = SparkProcess(
+            f"standalone worker {number}",
+            [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", self.master_url,
+             "--host", HOST, "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
+             "--work-dir", str(base)],
+            env,
+            self.work_dir / "logs" / f"worker-{number}.log",
+        )  # fmt: skip
+        self.processes.append(worker)
+        worker.wait_for("Successfully registered with master")
+        self.worker_dirs.append(base)
 
 
 class ConnectServer(_Launched):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import threading
 import time
@@ -15,14 +14,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.errors import ExtractError, SpannerCdcError
-from spanner_cdc.lake.layout import JOURNAL_NAME, LakeLayout, compact_time
-from spanner_cdc.lake.publish import clear_journal, clear_staging, publish, read_journal, remove_orphans
+from spanner_cdc.errors import ConfigError, ExtractError, SpannerCdcError
+from spanner_cdc.lake.layout import LakeLayout, compact_time
+from spanner_cdc.lake.publish import (
+    begin_attempt,
+    clear_journal,
+    clear_old_attempts,
+    clear_staging,
+    publish,
+    read_journal,
+    remove_orphans,
+)
+from spanner_cdc.lake.storage import join
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
-from spanner_cdc.spark.spec import TokenJobSpec, lake_writer
+from spanner_cdc.spark.spec import WRITER_ENV, TokenJobSpec, lake_writer
 from spanner_cdc.spark.token_job import run_token_job
-from spanner_cdc.store.models import Claim, LeaseLost
+from spanner_cdc.store.models import Claim, LeaseLost, ManifestFile
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -171,16 +179,6 @@ class LeaseKeeper:
                     log.warning("%s: renewing the lease failed: %s", short_token(claim.token), exc)
 
 
-def _clear_old_attempts(job: ExtractJob, token: str) -> None:
-    """Staging left by earlier (crashed) attempts of this token; the journal stays for remove_orphans."""
-    staging = job.layout.token_staging(token)
-    if not staging.exists():
-        return
-    for entry in staging.iterdir():
-        if entry.name != JOURNAL_NAME and entry.is_dir():
-            shutil.rmtree(entry, ignore_errors=True)
-
-
 def _remove_orphans(job: ExtractJob, token: str) -> None:
     """Files a crashed attempt published but never committed: delete them (committed ones stay)."""
     journal = read_journal(job.layout, token)
@@ -197,6 +195,47 @@ def _remove_orphans(job: ExtractJob, token: str) -> None:
     remove_orphans(job.layout, token, committed)
 
 
+def _manifest(job: ExtractJob, spec: TokenJobSpec, listing: list[dict[str, Any]]) -> list[ManifestFile]:
+    """The files of a finished job: listed by the executor that published them (arrow writer), or moved
+    from local staging to their names here (Spark's writer)."""
+    if job.writer != "arrow":
+        return publish(
+            spec.data_dir, job.layout, lineage_id=job.lineage_id, token=spec.token, range_start=spec.read_from,
+            range_end=spec.read_to, window_start=job.window_start, window_end=job.window_end,
+        )  # fmt: skip
+    return [
+        ManifestFile(
+            path=row["path"], token=spec.token, range_start=spec.read_from, range_end=spec.read_to,
+            window_start=job.window_start, window_end=job.window_end, rows=int(row["rows"]), bytes=int(row["bytes"]),
+            table_name=row["table"],
+        )  # fmt: skip
+        for row in sorted(listing, key=lambda r: r["path"])
+    ]
+
+
+def _start_attempt(job: ExtractJob, claim: Claim, read_from: datetime, read_to: datetime) -> TokenJobSpec:
+    """Clean up after crashed attempts of the token, journal this one's names, and say what its job reads."""
+    token = claim.token
+    _remove_orphans(job, token)
+    clear_old_attempts(job.layout, token)
+    attempt_dir = join(
+        job.layout.staging_location(token),
+        f"{compact_time(read_from)}-{compact_time(read_to)}-a{claim.attempt}-{uuid.uuid4().hex[:8]}",
+    )
+    if job.writer != "arrow" and job.layout.is_url:
+        raise ConfigError(WRITER_ENV, job.writer, "arrow when the output root is a bucket (Spark's own Parquet writer would need the Hadoop GCS / S3 connectors)")
+    if job.writer == "arrow":  # the executor writes the published names itself: journal them first
+        begin_attempt(
+            job.layout, token, lineage_id=job.lineage_id, range_start=read_from, range_end=read_to,
+            window_start=job.window_start, window_end=job.window_end,
+        )  # fmt: skip
+    return TokenJobSpec(
+        stream=job.stream, token=token, read_from=read_from, read_to=read_to, window_start=job.window_start,
+        window_end=job.window_end, read_method=job.read_method, attempt_dir=attempt_dir, writer=job.writer,
+        lake_root=job.layout.location, lineage_id=job.lineage_id, **job.connection,
+    )  # fmt: skip
+
+
 def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
     """Read the claimed token over [read_from, E - 1 µs], land it, and commit it (or record the failure)."""
     started = time.monotonic()
@@ -206,36 +245,11 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         promoted = job.store.complete(claim, watermark=read_to, finished=False)
         return TokenResult(token, 0, 0, False, read_to, promoted, 0, read_from, read_to)
     try:
-        _remove_orphans(job, token)
-        _clear_old_attempts(job, token)
-        attempt_dir = job.layout.token_staging(token) / (
-            f"{compact_time(read_from)}-{compact_time(read_to)}-a{claim.attempt}-{uuid.uuid4().hex[:8]}"
-        )
-        spec = TokenJobSpec(
-            stream=job.stream,
-            token=token,
-            read_from=read_from,
-            read_to=read_to,
-            window_start=job.window_start,
-            window_end=job.window_end,
-            read_method=job.read_method,
-            attempt_dir=str(attempt_dir),
-            writer=job.writer,
-            **job.connection,
-        )
+        spec = _start_attempt(job, claim, read_from, read_to)
         log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, short_token(token), read_from.isoformat(), read_to.isoformat(), claim.attempt)
-        summary = run_token_job(job.spark, spec)
+        summary, listing = run_token_job(job.spark, spec)
         failpoint("after_job")
-        files = publish(
-            spec.data_dir,
-            job.layout,
-            lineage_id=job.lineage_id,
-            token=token,
-            range_start=read_from,
-            range_end=read_to,
-            window_start=job.window_start,
-            window_end=job.window_end,
-        )
+        files = _manifest(job, spec, listing)
         landed = sum(f.rows for f in files)
         if landed != summary.rows:
             raise ExtractError(
@@ -267,7 +281,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         raise
     failpoint("after_commit")
     clear_journal(job.layout, token)
-    clear_staging(attempt_dir)
+    clear_staging(spec.attempt_dir)
     elapsed = time.monotonic() - started
     log.info(
         "%s %s: landed %d rows in %d files in %.1fs (executor %.1fs, %.1fs CPU); watermark %s%s",

@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError, setting
 from spanner_cdc.extract.planning import check_retention, effective_start, root_partitions
 from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims, lease_duration, liveness_enabled
+from spanner_cdc.lake import storage
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
 from spanner_cdc.lake.markers import write_marker
 from spanner_cdc.lineage.rules import inclusive_end, read_from
@@ -323,7 +323,7 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
         log.info("%s: window [%s, %s) not complete: %d token(s) pending", stream, start.isoformat(), end.isoformat(), len(summary.pending))
         return summary
     row = next((w for w in store.windows(lineage_id) if (w.start, w.end) == (start, end)), None) if status.closed else None
-    if row is not None and row.marker_path and Path(row.marker_path).exists():
+    if row is not None and row.marker_path and storage.exists(row.marker_path):
         # closed before (a re-run, or another run of the window that closed it first): nothing can land
         # in it any more, so its check and marker stand
         summary.complete, summary.marker_path = True, row.marker_path

@@ -8,8 +8,10 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from spanner_cdc.errors import ConfigError, setting
+from spanner_cdc.lake.storage import find, join, scheme_of
 
 STAGING_DIR = "_staging"
 WINDOWS_DIR = "_windows"
@@ -46,17 +48,57 @@ def escape_table(table: str) -> str:
     return "".join(ch if _SAFE_TABLE.match(ch) else f"%{ord(ch):02X}" for ch in table)
 
 
+def object_name(
+    root: str, *, lineage_id: int, token: str, range_start: datetime, range_end: datetime, table: str,
+    window_start: datetime, sequence: int = 0,
+) -> str:  # fmt: skip
+    """Where a token's range lands one table's rows under a lineage's `root`: deterministic in (lineage,
+    token, range, table, window), so a retry writes the same object instead of a second one."""
+    stem = f"part-L{lineage_id}-{token_digest(token)}-{compact_time(range_start)}-{compact_time(range_end)}"
+    return join(root, f"table={escape_table(table)}", f"window_start={partition_time(window_start)}", f"{stem}-{sequence:03d}.parquet")
+
+
 @dataclass(frozen=True)
 class LakeLayout:
     """The lake of one lineage: `<output_root>/<stream>/<namespace>/`."""
 
-    output_root: Path
+    output_root: Path | str
     stream: str
     namespace: str
 
     @property
     def root(self) -> Path:
+        """The local root as a Path (a bucket root has none: see `location`)."""
         return Path(self.output_root) / self.stream / self.namespace
+
+    @property
+    def location(self) -> str:
+        """The root as text, the same for a local path and a bucket: gs://bucket/prefix/<stream>/<namespace>."""
+        return join(self.output_root if isinstance(self.output_root, str) else str(Path(self.output_root)), self.stream, self.namespace)
+
+    @property
+    def is_url(self) -> bool:
+        return scheme_of(self.output_root) is not None
+
+    def window_prefix(self, table: str, window_start: datetime) -> str:
+        return join(self.location, f"table={escape_table(table)}", f"window_start={partition_time(window_start)}")
+
+    def published_location(self, **name: Any) -> str:
+        """object_name() under this lineage's root."""
+        return object_name(self.location, **name)
+
+    def window_objects_pattern(self, lineage_id: int, window_start: datetime, stem: str = "") -> str:
+        """Every object a lineage's extracts of one window may have written (a token's with its `stem`)."""
+        return join(self.location, "table=*", f"window_start={partition_time(window_start)}", f"{stem or f'part-L{lineage_id}-'}*")
+
+    def staging_location(self, token: str) -> str:
+        return join(self.location, STAGING_DIR, token_digest(token))
+
+    def journal_location(self, token: str) -> str:
+        return join(self.staging_location(token), JOURNAL_NAME)
+
+    def marker_location(self, window_start: datetime, window_end: datetime) -> str:
+        return join(self.location, WINDOWS_DIR, f"{compact_time(window_start)}--{compact_time(window_end)}.json")
 
     @property
     def staging_root(self) -> Path:
@@ -103,6 +145,15 @@ def is_published(path: Path, root: Path) -> bool:
     return path.suffix == ".parquet" and not any(part.startswith(("_", ".")) for part in parts)
 
 
+def published_locations(root: str | Path) -> list[str]:
+    """Every published Parquet file under a local or bucket root, as text, sorted."""
+    base = str(root).rstrip("/") + "/"
+    return [
+        p for p in find(root)
+        if p.endswith(".parquet") and not any(part.startswith(("_", ".")) for part in p[len(base):].split("/"))
+    ]  # fmt: skip
+
+
 def published_files(root: Path) -> list[Path]:
     """Every published Parquet file under `root`, sorted."""
     if not Path(root).exists():
@@ -117,7 +168,7 @@ def check_output_root(output_root: str | Path) -> None:
     its own writer checks it.
     """
     text = str(output_root)
-    if _URL_SCHEME.match(text):
+    if scheme_of(output_root) is not None or _URL_SCHEME.match(text):
         return
     problem = _local_root_problem(Path(text))
     if problem:

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.lake import storage
 from spanner_cdc.lake.layout import LakeLayout
-from spanner_cdc.lake.publish import write_json_atomic
 from spanner_cdc.store.models import ManifestFile
+
+log = logging.getLogger(__name__)
+
+
+def remove_window_orphans(layout: LakeLayout, *, lineage_id: int, window_start: datetime, files: Sequence[ManifestFile]) -> list[str]:
+    """Delete every object this lineage's extracts left under the window that the manifest does not list
+    (a crashed attempt's, whatever its range): run before the marker, so the window holds exactly its files."""
+    committed = {storage.identity(f.path) for f in files}
+    found = storage.glob(layout.window_objects_pattern(lineage_id, window_start))
+    removed = storage.remove(p for p in found if storage.identity(p) not in committed)
+    if removed:
+        log.warning("%s: removed %d object(s) of crashed attempts before the window's marker", layout.stream, len(removed))
+    return removed
 
 
 def write_marker(
@@ -20,39 +35,41 @@ def write_marker(
     window_end: datetime,
     files: Sequence[ManifestFile],
     check: dict[str, Any],
-) -> Path:
-    """The `_windows/` marker naming the window, its files and row counts (written atomically)."""
-    path = layout.marker_path(window_start, window_end)
+) -> Path | str:
+    """The `_windows/` marker naming the window, its files and row counts: written whole, and last.
+
+    Objects of crashed attempts under the window are removed first, so that once the marker exists the
+    window's objects are exactly the ones it lists. A local marker is returned as a Path, a bucket's as its URL.
+    """
+    remove_window_orphans(layout, lineage_id=lineage_id, window_start=window_start, files=files)
+    location = layout.marker_location(window_start, window_end)
     tables: dict[str, int] = {}
     for f in files:
         tables[f.table_name or ""] = tables.get(f.table_name or "", 0) + f.rows
-    root = layout.root
-    write_json_atomic(
-        path,
-        {
-            "stream": layout.stream,
-            "namespace": layout.namespace,
-            "lineage_id": lineage_id,
-            "window_start": window_start.isoformat(),
-            "window_end": window_end.isoformat(),
-            "complete": True,
-            "rows": sum(f.rows for f in files),
-            "bytes": sum(f.bytes for f in files),
-            "tables": dict(sorted(tables.items())),
-            "transaction_check": check,
-            "files": [
-                {
-                    "path": str(Path(f.path).relative_to(root)) if Path(f.path).is_relative_to(root) else f.path,
-                    "table": f.table_name,
-                    "rows": f.rows,
-                    "bytes": f.bytes,
-                    "token": f.token,
-                    "range_start": f.range_start.isoformat(),
-                    "range_end": f.range_end.isoformat(),
-                }
-                for f in sorted(files, key=lambda f: f.path)
-            ],
-        },
-    )
-    return path
-
+    root = layout.location + "/"
+    marker = {
+        "stream": layout.stream,
+        "namespace": layout.namespace,
+        "lineage_id": lineage_id,
+        "window_start": window_start.isoformat(),
+        "window_end": window_end.isoformat(),
+        "complete": True,
+        "rows": sum(f.rows for f in files),
+        "bytes": sum(f.bytes for f in files),
+        "tables": dict(sorted(tables.items())),
+        "transaction_check": check,
+        "files": [
+            {
+                "path": f.path[len(root) :] if f.path.startswith(root) else f.path,
+                "table": f.table_name,
+                "rows": f.rows,
+                "bytes": f.bytes,
+                "token": f.token,
+                "range_start": f.range_start.isoformat(),
+                "range_end": f.range_end.isoformat(),
+            }
+            for f in sorted(files, key=lambda f: f.path)
+        ],
+    }
+    storage.write_bytes(location, json.dumps(marker, indent=1, sort_keys=True, default=str).encode())
+    return location if layout.is_url else Path(location)

@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,6 +14,7 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
+from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import PARTITION_COLUMN
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.store.models import ManifestFile
@@ -135,12 +135,27 @@ def publish(
     return manifest
 
 
+def begin_attempt(
+    layout: LakeLayout, token: str, *, lineage_id: int, range_start: datetime, range_end: datetime,
+    window_start: datetime, window_end: datetime,
+) -> None:  # fmt: skip
+    """Journal, before an executor writes anything, the names its files will take (a glob over the tables),
+    so that the next attempt on this token can delete what a crashed one wrote but never committed."""
+    stem = layout.file_stem(lineage_id, token, range_start, range_end)
+    journal = {
+        "lineage_id": lineage_id,
+        "window_start": window_start.isoformat(),
+        "window_end": window_end.isoformat(),
+        "range_start": range_start.isoformat(),
+        "range_end": range_end.isoformat(),
+        "pattern": layout.window_objects_pattern(lineage_id, window_start, stem),
+    }
+    storage.write_bytes(layout.journal_location(token), json.dumps(journal, indent=1, sort_keys=True).encode())
+
+
 def read_journal(layout: LakeLayout, token: str) -> dict | None:
-    try:
-        with open(layout.journal_path(token), encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        return None
+    data = storage.read_bytes(layout.journal_location(token))
+    return None if data is None else json.loads(data)
 
 
 def remove_orphans(layout: LakeLayout, token: str, committed: Collection[str]) -> list[str]:
@@ -148,11 +163,11 @@ def remove_orphans(layout: LakeLayout, token: str, committed: Collection[str]) -
     journal = read_journal(layout, token)
     if journal is None:
         return []
-    removed = []
-    for path in journal.get("paths", []):
-        if path not in committed and os.path.exists(path):
-            os.remove(path)
-            removed.append(path)
+    written = list(journal.get("paths", []))
+    if journal.get("pattern"):
+        written += storage.glob(journal["pattern"])
+    kept = {storage.identity(p) for p in committed}
+    removed = storage.remove(path for path in written if storage.identity(path) not in kept)
     if removed:
         log.warning("%s %s: removed %d file(s) published by a crashed attempt", layout.stream, token[:12], len(removed))
     clear_journal(layout, token)
@@ -160,11 +175,14 @@ def remove_orphans(layout: LakeLayout, token: str, committed: Collection[str]) -
 
 
 def clear_journal(layout: LakeLayout, token: str) -> None:
-    try:
-        os.remove(layout.journal_path(token))
-    except FileNotFoundError:
-        pass
+    storage.remove([layout.journal_location(token)])
 
 
-def clear_staging(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def clear_staging(location: str | Path) -> None:
+    storage.remove_tree(location)
+
+
+def clear_old_attempts(layout: LakeLayout, token: str) -> None:
+    """Staging left by earlier (crashed) attempts of this token; the journal stays for remove_orphans."""
+    journal = layout.journal_location(token)
+    storage.remove(p for p in storage.find(layout.staging_location(token)) if p != journal)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.lake import storage
 from spanner_cdc.source.records import (
     ChangeRecord,
     ChildPartition,
@@ -190,16 +190,12 @@ class ControlSummary:
             error_message=data.get("error_message"),
         )
 
-    def write(self, path: Path) -> None:
-        """Atomically: a retried task attempt replaces the whole file, a reader never sees half of one."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), sort_keys=True), encoding="utf-8")
-        os.replace(tmp, path)
+    def write(self, location: str | Path) -> None:
+        """Whole (a retried task attempt replaces the whole file, a reader never sees half of one), in the
+        lake's own storage: the executor and the driver share nothing else."""
+        storage.write_bytes(location, json.dumps(self.to_json(), sort_keys=True).encode())
 
     @classmethod
-    def read(cls, path: Path) -> ControlSummary | None:
-        try:
-            return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            return None
+    def read(cls, location: str | Path) -> ControlSummary | None:
+        data = storage.read_bytes(location)
+        return None if data is None else cls.from_json(json.loads(data))

@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import PARTITION_COLUMN
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
+from spanner_cdc.lake.layout import object_name
 from spanner_cdc.source.records import ChangeRecord, DataChangeRecord
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 
-FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT"
-FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64())])
+FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT"
+FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64())])
 ROW_GROUP_ROWS = 65_536
 MAX_BUFFERED_BYTES = 64 << 20
 
@@ -108,15 +110,17 @@ def read_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
 
 
 class TableFiles:
-    """One Parquet file per table, in the staging layout Spark's partitionBy leaves (publish reads either).
+    """One Parquet file per table, each published whole at its deterministic lake name when closed.
 
     Rows are buffered per table into row groups of ~ROW_GROUP_ROWS, and everything buffered is flushed
-    once it passes MAX_BUFFERED_BYTES, so memory stays bounded whatever the partition's size.
+    once it passes MAX_BUFFERED_BYTES, so memory stays bounded whatever the partition's size. A file is
+    written to scratch first (beside its name when the lake is local, in the executor's own temporary
+    directory when it is a bucket) and appears under its name only complete: renamed, or uploaded once.
     """
 
-    def __init__(self, data_dir: Path, part: str) -> None:
-        self.data_dir = data_dir
-        self.part = part
+    def __init__(self, destination: Callable[[str], str], scratch_dir: Path) -> None:
+        self.destination = destination
+        self.scratch_dir = scratch_dir
         self.writers: dict[str, tuple[Any, Path]] = {}
         self.rows: dict[str, int] = {}
         self.pending: dict[str, list[pa.RecordBatch]] = {}
@@ -147,38 +151,52 @@ class TableFiles:
             return
         self.pending_bytes -= sum(b.nbytes for b in batches)
         if table not in self.writers:
-            path = self.data_dir / f"{PARTITION_COLUMN}={quote(table, safe='')}" / f"part-00000-{self.part}.c000.snappy.parquet"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.writers[table] = (pq.ParquetWriter(path, batches[0].schema, compression="snappy"), path)
+            scratch = storage.scratch_for(self.destination(table), self.scratch_dir)
+            self.writers[table] = (pq.ParquetWriter(scratch, batches[0].schema, compression="snappy"), scratch)
             self.rows[table] = 0
         self.writers[table][0].write_table(pa.Table.from_batches(batches), row_group_size=ROW_GROUP_ROWS)
         self.rows[table] += sum(b.num_rows for b in batches)
 
     def abort(self) -> None:
-        """Close the files of a failed read (workers are reused: no handle may leak); staging is discarded."""
-        for writer, _ in self.writers.values():
+        """Close and drop the files of a failed read (workers are reused: no handle may leak); none is published."""
+        for writer, scratch in self.writers.values():
             try:
                 writer.close()
             except Exception:  # noqa: S110 - the read already failed; that error is the one to report
                 pass
+            scratch.unlink(missing_ok=True)
         self.writers.clear()
         self.pending.clear()
 
     def close(self) -> pa.RecordBatch:
-        """Flush and close every file; the listing (table, path, rows) is the job's only output row(s)."""
+        """Flush, close and publish every file; the listing (table, path, rows, bytes) is the job's only output."""
         for table in list(self.pending):
             self._flush(table)
         for writer, _ in self.writers.values():
             writer.close()
         names = sorted(self.writers)
+        paths = [self.destination(t) for t in names]
+        sizes = [storage.put_file(self.writers[t][1], path) for t, path in zip(names, paths, strict=True)]
+        self.writers.clear()
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(names, pa.string()),
-                pa.array([str(self.writers[t][1]) for t in names], pa.string()),
+                pa.array(paths, pa.string()),
                 pa.array([self.rows[t] for t in names], pa.int64()),
+                pa.array(sizes, pa.int64()),
             ],
             schema=FILES_SCHEMA,
         )
+
+
+def _destinations(spec: TokenJobSpec) -> Callable[[str], str]:
+    def destination(table: str) -> str:
+        return object_name(
+            spec.lake_root, lineage_id=spec.lineage_id, token=spec.token, range_start=spec.read_from,
+            range_end=spec.read_to, table=table, window_start=spec.window_start,
+        )  # fmt: skip
+
+    return destination
 
 
 def land_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
@@ -187,7 +205,7 @@ def land_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
     The control file is written once every file is closed, so its presence means the range is staged.
     """
     summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
-    files = TableFiles(spec.data_dir, uuid.uuid4().hex)
+    files = TableFiles(_destinations(spec), Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex)
     try:
         for batch in _read(spec, summary):
             files.write(batch)

@@ -10,6 +10,7 @@ from typing import Any
 
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.lake.envelope import DEFAULT_MAX_ROWS
+from spanner_cdc.lake.storage import join
 from spanner_cdc.spark.control_file import CONTROL_NAME
 
 DATA_DIR = "data"
@@ -47,14 +48,17 @@ class TokenJobSpec:
     max_rows: int = DEFAULT_MAX_ROWS
     writer: str = "arrow"
     partition_mode: str = "auto"  # asked once by the driver, so an executor does not ask again per token
+    # where the arrow writer lands the files itself: LakeLayout.location, and the names' lineage
+    lake_root: str = ""
+    lineage_id: int = 0
 
     @property
     def data_dir(self) -> Path:
         return Path(self.attempt_dir) / DATA_DIR
 
     @property
-    def control_path(self) -> Path:
-        return Path(self.attempt_dir) / CONTROL_NAME
+    def control_path(self) -> str:
+        return join(self.attempt_dir, CONTROL_NAME)
 
     def options(self) -> dict[str, str]:
         options = {}
@@ -86,6 +90,8 @@ class TokenJobSpec:
             max_rows=int(get("max_rows") or DEFAULT_MAX_ROWS),
             writer=get("writer") or "arrow",
             partition_mode=get("partition_mode") or "auto",
+            lake_root=get("lake_root") or "",
+            lineage_id=int(get("lineage_id") or 0),
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ExtractError, NotFound, RetentionError, SourceError, SpannerCdcError
 from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
@@ -25,10 +25,11 @@ _ERROR_TYPES: dict[str, type[SpannerCdcError]] = {
 __all__ = ["SOURCE_NAME", "TokenJobSpec", "run_token_job"]
 
 
-def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> ControlSummary:
-    """Driver side: one Spark job reads the token on an executor and writes Parquet to the attempt's staging dir.
+def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> tuple[ControlSummary, list[dict[str, Any]]]:
+    """Driver side: one Spark job reads the token on an executor, which lands its Parquet files.
 
-    Data never passes through the driver; only the control file is read back here.
+    Data never passes through the driver: only the files' listing (table, path, rows, bytes; arrow writer)
+    comes back through Spark, and the control file through the lake's storage.
     """
     from spanner_cdc.spark.session import ensure_source_registered
 
@@ -36,9 +37,10 @@ def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> ControlSummary:
     ddl = FILES_DDL if spec.writer == "arrow" else spark_ddl()
     frame = spark.read.format(SOURCE_NAME).schema(ddl).options(**spec.options()).load()
     job_error: Exception | None = None
+    listing: list[dict[str, Any]] = []
     try:
         if spec.writer == "arrow":
-            frame.collect()  # a row per staged file: the data itself stays on the executor's disk
+            listing = [row.asDict() for row in frame.collect()]  # a row per published file
         else:
             frame.write.mode("error").partitionBy(PARTITION_COLUMN).parquet(str(spec.data_dir))
     except Exception as exc:  # pyspark raises its own (classic or Connect) exception types
@@ -52,9 +54,9 @@ def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> ControlSummary:
     if summary is None:
         raise ExtractError(
             f"{spec.stream} {short_token(spec.token)}: the Spark job ended without its control file {spec.control_path}; "
-            "the executors must share the output root's filesystem with the driver"
+            "the executors must reach the output root the driver names (a shared path, or a bucket)"
         )
-    return summary
+    return summary, listing
 
 
 def _first_line(exc: BaseException) -> str:

@@ -89,6 +89,31 @@ def test_the_output_root_is_checked_up_front_only_where_it_is_local(tmp_path: Pa
         check_output_root(url)
 
 
+def test_the_output_root_is_a_local_path_or_a_bucket_url() -> None:
+    assert load_settings({"output_root": "~/lake"}, env={}).output_root == Path("~/lake").expanduser()
+    assert load_settings({}, env={"SPANNER_CDC_OUTPUT_ROOT": "gs://my-bucket/cdc/lake/"}).output_root == "gs://my-bucket/cdc/lake"
+    assert load_settings({"output_root": "S3://my.bucket"}, env={}).output_root == "s3://my.bucket"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("gcs://bucket/lake", "gcs://bucket/lake"),
+        ("http://host/lake", "http://host/lake"),
+        ("gs:/bucket/lake", "gs:/bucket/lake"),
+        ("s3://Bad_Bucket/lake", "s3://Bad_Bucket/lake"),
+        ("gs://bucket/a/../b", "gs://bucket/a/../b"),
+        ("s3://AKIA:hunter2@bucket/lake", "s3://***"),
+    ],
+)
+def test_a_bad_output_root_names_the_field_and_what_is_accepted(value: str, shown: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"output_root": value}, env={})
+    message = str(caught.value)
+    assert message.startswith(f"invalid --output-root={shown!r}: expected a local path, gs://bucket/prefix or s3://bucket/prefix")
+    assert "hunter2" not in message and "\n" not in message
+
+
 SECRET = "s3cr3t p@ss:w/rd%"  # as typed; in the URL it is quoted
 TOKEN = "sc-token-7f3a"
 

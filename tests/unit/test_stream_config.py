@@ -142,3 +142,10 @@ def test_example_file_loads_through_settings() -> None:
     assert list(streams) == sorted(tables)
     for name, config in streams.items():
         assert config.change_stream == tables[name].get("change_stream", name)
+
+
+def test_a_stream_lands_in_a_bucket_and_a_bad_scheme_is_refused_by_name() -> None:
+    config = parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "output_root": "gs://lake-bucket/cdc"})
+    assert config.output_root == "gs://lake-bucket/cdc"
+    with pytest.raises(ConfigError, match=r"^invalid streams\.orders\.output_root='ftp://h/x': expected a local path, gs://bucket/prefix or s3://bucket/prefix$"):
+        parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "output_root": "ftp://h/x"})

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--window-start", required=True, help="window start (inclusive), RFC 3339 with Z or an offset")
     parser.add_argument("--window-end", required=True, help="window end (exclusive), RFC 3339 with Z or an offset")
     parser.add_argument("--namespace", help="lineage namespace (default: live)")
-    parser.add_argument("--output-root", help="root of the data lake (SPANNER_CDC_OUTPUT_ROOT)")
+    parser.add_argument("--output-root", help="root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (SPANNER_CDC_OUTPUT_ROOT)")
     add_spanner_flags(parser)
     add_dialect_flag(parser, "SQL dialect (default: auto)")
     # a bad value is refused by load_settings, in the same words as through SPANNER_CDC_* (with the range)

@@ -115,3 +115,12 @@ def test_a_config_error_names_a_setting_or_keeps_its_label() -> None:
     assert str(ConfigError("read_method", "x", "one of a, b")) == "invalid read_method='x': expected one of a, b"
     assert ConfigError("read_method", "x", "a").message(lambda n: "--" + n) == "invalid --read_method='x': expected a"
     assert ConfigError("SPANNER_CDC_STREAM", "x y", "an identifier").message(as_setting).startswith("invalid SPANNER_CDC_STREAM=")
+
+
+def test_a_bad_output_root_scheme_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["extract", "--stream", "s", *WINDOW, "--output-root", "gcs://bucket/lake"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.strip() == (
+        "spanner-cdc: error: invalid --output-root='gcs://bucket/lake': expected a local path, gs://bucket/prefix or s3://bucket/prefix"
+    )

@@ -10,7 +10,7 @@ import pytest
 
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.lake.columns import LAKE_SCHEMA
-from spanner_cdc.lake.publish import staged_files
+from spanner_cdc.lake.layout import LakeLayout, published_locations
 from spanner_cdc.spark import executor
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.executor import TableFiles, envelope_batches
@@ -84,16 +84,22 @@ def test_control_file_round_trip(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["control.json"]
 
 
-def test_table_files_land_each_table_in_the_staging_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_table_files_publish_each_table_whole_at_its_deterministic_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(executor, "ROW_GROUP_ROWS", 4)
     records = [data_record(i, tx=f"t{i}", table="Users" if i % 3 else "Orders", mods=2) for i in range(9)]
-    files = TableFiles(tmp_path / "data", "abc")
-    for batch in envelope_batches(spec(tmp_path), records, ControlSummary("tok", T0, LAST)):
+    root = str(tmp_path / "lake" / "cs" / "live")
+    job = spec(tmp_path, lake_root=root, lineage_id=7)
+    files = TableFiles(executor._destinations(job), tmp_path / "scratch")
+    for batch in envelope_batches(job, records, ControlSummary("tok", T0, LAST)):
         files.write(batch)
+        assert published_locations(root) == []  # nothing appears under a published name before it is whole
     listing = files.close().to_pylist()
     assert [(f["table"], f["rows"]) for f in listing] == [("Orders", 6), ("Users", 12)]
-    staged = staged_files(tmp_path / "data")
-    assert [(f.table, str(f.path)) for f in staged] == [(f["table"], f["path"]) for f in listing]
+    layout = LakeLayout(tmp_path / "lake", "cs", "live")
+    names = [layout.published_location(lineage_id=7, token="tok", range_start=T0, range_end=LAST, table=t, window_start=T0) for t in ("Orders", "Users")]
+    assert [f["path"] for f in listing] == names == published_locations(root)
+    assert [f["bytes"] for f in listing] == [Path(n).stat().st_size for n in names]
+    assert not any(p.name.startswith(".") for p in (tmp_path / "lake").rglob("*"))  # no scratch left behind
     users = pq.ParquetFile(listing[1]["path"])
     assert users.schema_arrow == LAKE_SCHEMA
     assert users.metadata.num_row_groups >= 2  # flushed in row groups as rows came, not all at the end
