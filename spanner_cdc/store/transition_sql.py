@@ -121,46 +121,6 @@ EXPIRE = sa.text(
     SELECT count(*) FROM released
     """,
 )
-# The compare-and-set, the attempt row and the manifest in one statement: nothing happens unless
-# `landed` matched, i.e. the claim still holds the token.
-LAND = sa.text(
-    f"""
-    WITH landed AS (
-        UPDATE cdc_partitions
-        SET watermark = greatest(watermark, CAST(:watermark AS timestamptz)),
-            read_from = greatest(read_from, CAST(:watermark AS timestamptz) + interval '1 microsecond'),
-            state = :state,
-            ready_at = CASE WHEN :finished THEN ready_at ELSE clock_timestamp() END,
-            finished_at = CASE WHEN :finished THEN clock_timestamp() ELSE finished_at END,
-            partition_end = CASE WHEN :finished THEN CAST(:end AS timestamptz) ELSE partition_end END,
-            lease_owner = NULL, lease_expires_at = NULL, liveness_key = NULL, last_error = NULL
-        WHERE {OURS}
-        RETURNING watermark
-    ), closed AS (
-        UPDATE cdc_attempts a
-        SET outcome = 'COMPLETED', ended_at = clock_timestamp(), watermark_after = landed.watermark,
-            finished = :finished, records = :records, files = :files
-        FROM landed
-        WHERE a.lineage_id = :lineage_id AND a.token = :token AND a.attempt = :attempt
-    ), published AS (
-        INSERT INTO cdc_manifest (lineage_id, path, token, range_start, range_end, window_start, window_end,
-                                  rows, bytes, table_name, attempt)
-        SELECT :lineage_id, f.path, :token, f.range_start, f.range_end, f.window_start, f.window_end,
-               f.rows, f.bytes, f.table_name, :attempt
-        FROM landed CROSS JOIN unnest(
-            CAST(:paths AS text[]), CAST(:range_starts AS timestamptz[]), CAST(:range_ends AS timestamptz[]),
-            CAST(:window_starts AS timestamptz[]), CAST(:window_ends AS timestamptz[]), CAST(:rows AS bigint[]),
-            CAST(:bytes AS bigint[]), CAST(:table_names AS text[])
-        ) AS f(path, range_start, range_end, window_start, window_end, rows, bytes, table_name)
-        ON CONFLICT (lineage_id, path) DO UPDATE
-        SET token = EXCLUDED.token, range_start = EXCLUDED.range_start, range_end = EXCLUDED.range_end,
-            window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end, rows = EXCLUDED.rows,
-            bytes = EXCLUDED.bytes, table_name = EXCLUDED.table_name, attempt = EXCLUDED.attempt,
-            published_at = clock_timestamp()
-    )
-    SELECT watermark FROM landed
-    """,
-)
 # ORDER BY token: concurrent parents insert (and so lock) shared children in one order.
 INSERT_CHILDREN = sa.text(
     """
@@ -178,17 +138,6 @@ INSERT_EDGES = sa.text(
     FROM unnest(CAST(:children AS text[]), CAST(:parents AS text[])) AS e(child, parent)
     ORDER BY e.child, e.parent
     ON CONFLICT DO NOTHING
-    """,
-)
-# Locking the children first serialises the parents' transactions on them: whichever locks last
-# sees every other parent's FINISHED mark (READ COMMITTED takes a new snapshot per statement).
-LOCK_CREATED_CHILDREN = sa.text(
-    """
-    SELECT c.token FROM cdc_partitions c
-    JOIN cdc_partition_parents e ON e.lineage_id = c.lineage_id AND e.child_token = c.token
-    WHERE e.lineage_id = :lineage_id AND e.parent_token = :token AND c.state = 'CREATED'
-    ORDER BY c.token
-    FOR UPDATE OF c
     """,
 )
 PROMOTE = sa.text(

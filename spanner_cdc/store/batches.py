@@ -1,0 +1,181 @@
+"""Store part for batched transitions: land many claimed tokens, or renew their leases, in one round trip each."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy.engine import Connection
+
+from spanner_cdc.records import ChildPartitionsRecord
+from spanner_cdc.store import rules
+from spanner_cdc.store.batch_sql import LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
+from spanner_cdc.store.models import BatchResult, Claim, Completion, LeaseLost, ManifestFile
+from spanner_cdc.store.rows import StoreBase, utc_required
+from spanner_cdc.store.transition_sql import INSERT_CHILDREN, INSERT_EDGES, LEASE_HOLDER, PROMOTE
+
+log = logging.getLogger(__name__)
+
+
+def _one_lineage(claims: Sequence[Claim]) -> int:
+    lineages = {claim.lineage_id for claim in claims}
+    if len(lineages) != 1:
+        raise ValueError(f"a batch covers one lineage, got lineages {sorted(lineages)}")
+    tokens = [claim.token for claim in claims]
+    if len(set(tokens)) != len(tokens):
+        raise ValueError("a batch names each token at most once")
+    return lineages.pop()
+
+
+def _land_params(lineage_id: int, items: Sequence[Completion]) -> dict[str, object]:
+    """Every completion as parallel arrays; each file checked to belong to its own token (as `complete` does)."""
+    files: dict[str, list[object]] = {}
+    file_tokens: list[str] = []
+    ends = []
+    for item in items:
+        rules.require_utc(item.watermark, "watermark")
+        for file in item.files:
+            if file.token != item.claim.token:
+                raise ValueError(f"manifest file {file.path} belongs to token {file.token}, not {item.claim.token}")
+        arrays = manifest_arrays(item.files, item.window_start, item.window_end)
+        for key, values in arrays.items():
+            files.setdefault(key, []).extend(values)
+        file_tokens += [item.claim.token] * len(arrays["paths"])
+        ends.append(min((r.start_timestamp for r in item.children), default=item.watermark + rules.ONE_MICROSECOND))
+    empty = manifest_arrays((), None, None)
+    return {
+        "lineage_id": lineage_id,
+        "tokens": [i.claim.token for i in items],
+        "owners": [i.claim.owner for i in items],
+        "attempts": [i.claim.attempt for i in items],
+        "watermarks": [i.watermark for i in items],
+        "finished": [i.finished for i in items],
+        "ends": ends,
+        "records": [i.records for i in items],
+        "files": [len({f.path for f in i.files}) for i in items],
+        "file_tokens": file_tokens,
+        **{key: files.get(key, []) for key in empty},
+    }
+
+
+def lease_lost(conn: Connection, claim: Claim, action: str) -> LeaseLost:
+    """The error for a claim that no longer holds its token, saying who holds it now."""
+    row = conn.execute(LEASE_HOLDER, {"lineage_id": claim.lineage_id, "token": claim.token}).one_or_none()
+    now = (
+        "unknown to the lineage"
+        if row is None
+        else f"now {row.state}, attempt {row.attempts}, owner {row.lease_owner}"
+    )
+    return LeaseLost(
+        f"cannot {action} token {claim.token}: attempt {claim.attempt} of {claim.owner} no longer holds it ({now}); "
+        "its lease expired or its liveness lock was lost, and the token was reclaimed or released"
+    )
+
+
+def children_of(token: str, records: Sequence[ChildPartitionsRecord]) -> list[tuple[str, datetime, tuple[str, ...]]]:
+    """(child token, start, parents) sorted by token, so concurrent parents lock children in one order."""
+    found: dict[str, tuple[datetime, set[str]]] = {}
+    for record in records:
+        rules.require_utc(record.start_timestamp, "child partitions start_timestamp")
+        for child in record.child_partitions:
+            start, parents = found.setdefault(child.token, (record.start_timestamp, set()))
+            # the announcing partition is a parent even when the record lists only the others
+            parents.update(p for p in child.parent_partition_tokens if p)
+            parents.add(token)
+    return [(t, start, tuple(sorted(parents))) for t, (start, parents) in sorted(found.items())]
+
+
+def manifest_arrays(
+    files: Sequence[ManifestFile], window_start: datetime | None, window_end: datetime | None
+) -> dict[str, list[object]]:
+    """Files as parallel arrays for one unnest; a path given twice keeps its last entry (upsert by path)."""
+    unique = list({file.path: file for file in files}.values())
+    return {
+        "paths": [f.path for f in unique],
+        "range_starts": [f.range_start for f in unique],
+        "range_ends": [f.range_end for f in unique],
+        "window_starts": [f.window_start or window_start for f in unique],
+        "window_ends": [f.window_end or window_end for f in unique],
+        "rows": [f.rows for f in unique],
+        "bytes": [f.bytes for f in unique],
+        "table_names": [f.table_name for f in unique],
+    }
+
+
+class BatchTransitions(StoreBase):
+    def complete_many(self, items: Sequence[Completion]) -> BatchResult:
+        """Commit many landed ranges of one lineage in one transaction and a fixed number of statements.
+
+        Each token is its own compare-and-set, as with `complete`: a token whose claim was lost is left
+        untouched (with its files and children) and reported in `lost`; the others land. Children of the
+        landed tokens are inserted once, and a child is promoted once all its parents are finished.
+        """
+        if not items:
+            return BatchResult((), (), ())
+        lineage_id = _one_lineage([item.claim for item in items])
+        params = _land_params(lineage_id, items)
+
+        def body(conn: Connection) -> BatchResult:
+            landed = set(conn.execute(LAND_MANY, params).scalars().all())
+            done = [item for item in items if item.claim.token in landed]
+            kids = sorted(
+                {child for item in done for child in children_of(item.claim.token, item.children)},
+                key=lambda child: (child[0], child[2]),
+            )
+            if kids:
+                self._insert_children(conn, lineage_id, kids)
+            finished = sorted(item.claim.token for item in done if item.finished)
+            promoted: list[str] = []
+            if finished:
+                locked = conn.execute(LOCK_CREATED_CHILDREN_OF, {"lineage_id": lineage_id, "parents": finished})
+                candidates = list(locked.scalars().all())
+                if candidates:
+                    rows = conn.execute(PROMOTE, {"lineage_id": lineage_id, "tokens": candidates})
+                    promoted = sorted(rows.scalars().all())
+            lost = tuple(lease_lost(conn, item.claim, "complete") for item in items if item.claim.token not in landed)
+            return BatchResult(tuple(sorted(landed)), lost, tuple(promoted))
+
+        result = self._db.transaction(body)
+        if result.promoted:
+            log.debug("lineage %s: batch of %d finished, promoted %s", lineage_id, len(items), result.promoted)
+        return result
+
+    @staticmethod
+    def _insert_children(
+        conn: Connection, lineage_id: int, kids: Sequence[tuple[str, datetime, tuple[str, ...]]]
+    ) -> None:
+        # Two parents of one merge child in one batch announce it twice: the first start wins, as in `complete`.
+        starts: dict[str, datetime] = {}
+        for token, start, _ in kids:
+            starts.setdefault(token, start)
+        conn.execute(
+            INSERT_CHILDREN,
+            {"lineage_id": lineage_id, "tokens": list(starts), "starts": list(starts.values())},
+        )
+        edges = sorted({(token, parent) for token, _, parents in kids for parent in parents})
+        conn.execute(
+            INSERT_EDGES,
+            {"lineage_id": lineage_id, "children": [c for c, _ in edges], "parents": [p for _, p in edges]},
+        )
+
+    def renew_many(self, claims: Sequence[Claim], lease: timedelta) -> tuple[list[Claim], list[Claim]]:
+        """Extend many held leases in one statement: (renewed claims with their new expiry, claims no longer ours)."""
+        if not claims:
+            return [], []
+        lineage_id = _one_lineage(claims)
+        params = {
+            "lineage_id": lineage_id,
+            "tokens": [c.token for c in claims],
+            "owners": [c.owner for c in claims],
+            "attempts": [c.attempt for c in claims],
+            "lease": lease,
+        }
+        rows = self._db.transaction(lambda conn: conn.execute(RENEW_MANY, params).all())
+        expires = {row.token: utc_required(row.lease_expires_at) for row in rows}
+        renewed = [
+            Claim(c.lineage_id, c.token, c.partition_start, c.watermark, c.owner, c.attempt, expires[c.token])
+            for c in claims
+            if c.token in expires
+        ]
+        return renewed, [c for c in claims if c.token not in expires]
