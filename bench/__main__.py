@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 
 import bench
+from bench import figures
 
 
 def available() -> list[str]:
@@ -33,6 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"=== {name}: exit {code} after {time.monotonic() - started:.0f}s ===\n", flush=True)
         if code:
             failed.append(name)
+    print("=== summary: every figure reported above, its target and the ratio (>= 1 meets it) ===")
+    print(figures.render(figures.FIGURES))
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -11,7 +12,7 @@ from sqlalchemy.engine import Connection
 from spanner_cdc.records import ChildPartitionsRecord
 from spanner_cdc.store import rules
 from spanner_cdc.store.batch_sql import LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
-from spanner_cdc.store.models import BatchResult, Claim, Completion, LeaseLost, ManifestFile
+from spanner_cdc.store.models import BatchResult, Claim, Completion, LeaseLost
 from spanner_cdc.store.rows import StoreBase, utc_required
 from spanner_cdc.store.transition_sql import INSERT_CHILDREN, INSERT_EDGES, LEASE_HOLDER, PROMOTE
 
@@ -28,35 +29,40 @@ def _one_lineage(claims: Sequence[Claim]) -> int:
     return lineages.pop()
 
 
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
 def _land_params(lineage_id: int, items: Sequence[Completion]) -> dict[str, object]:
-    """Every completion as parallel arrays; each file checked to belong to its own token (as `complete` does)."""
-    files: dict[str, list[object]] = {}
-    file_tokens: list[str] = []
-    ends = []
+    """The completions and their files as two JSON arrays; each file checked to belong to its own token."""
+    batch: list[dict[str, object]] = []
+    manifest: list[dict[str, object]] = []
     for item in items:
+        claim = item.claim
         rules.require_utc(item.watermark, "watermark")
         for file in item.files:
-            if file.token != item.claim.token:
-                raise ValueError(f"manifest file {file.path} belongs to token {file.token}, not {item.claim.token}")
-        arrays = manifest_arrays(item.files, item.window_start, item.window_end)
-        for key, values in arrays.items():
-            files.setdefault(key, []).extend(values)
-        file_tokens += [item.claim.token] * len(arrays["paths"])
-        ends.append(min((r.start_timestamp for r in item.children), default=item.watermark + rules.ONE_MICROSECOND))
-    empty = manifest_arrays((), None, None)
-    return {
-        "lineage_id": lineage_id,
-        "tokens": [i.claim.token for i in items],
-        "owners": [i.claim.owner for i in items],
-        "attempts": [i.claim.attempt for i in items],
-        "watermarks": [i.watermark for i in items],
-        "finished": [i.finished for i in items],
-        "ends": ends,
-        "records": [i.records for i in items],
-        "files": [len({f.path for f in i.files}) for i in items],
-        "file_tokens": file_tokens,
-        **{key: files.get(key, []) for key in empty},
-    }
+            if file.token != claim.token:
+                raise ValueError(f"manifest file {file.path} belongs to token {file.token}, not {claim.token}")
+        # a path given twice keeps its last entry (upsert by path)
+        unique = list({file.path: file for file in item.files}.values())
+        manifest += [
+            {
+                "token": f.token, "path": f.path, "range_start": _iso(f.range_start), "range_end": _iso(f.range_end),
+                "window_start": _iso(f.window_start or item.window_start),
+                "window_end": _iso(f.window_end or item.window_end),
+                "rows": f.rows, "bytes": f.bytes, "table_name": f.table_name,
+            }
+            for f in unique
+        ]  # fmt: skip
+        end = min((r.start_timestamp for r in item.children), default=item.watermark + rules.ONE_MICROSECOND)
+        batch.append(
+            {
+                "token": claim.token, "owner": claim.owner, "attempt": claim.attempt,
+                "watermark": _iso(item.watermark), "finished": item.finished, "partition_end": _iso(end),
+                "records": item.records, "files": len(unique),
+            }
+        )  # fmt: skip
+    return {"lineage_id": lineage_id, "batch": json.dumps(batch), "manifest": json.dumps(manifest)}
 
 
 def lease_lost(conn: Connection, claim: Claim, action: str) -> LeaseLost:
@@ -84,23 +90,6 @@ def children_of(token: str, records: Sequence[ChildPartitionsRecord]) -> list[tu
             parents.update(p for p in child.parent_partition_tokens if p)
             parents.add(token)
     return [(t, start, tuple(sorted(parents))) for t, (start, parents) in sorted(found.items())]
-
-
-def manifest_arrays(
-    files: Sequence[ManifestFile], window_start: datetime | None, window_end: datetime | None
-) -> dict[str, list[object]]:
-    """Files as parallel arrays for one unnest; a path given twice keeps its last entry (upsert by path)."""
-    unique = list({file.path: file for file in files}.values())
-    return {
-        "paths": [f.path for f in unique],
-        "range_starts": [f.range_start for f in unique],
-        "range_ends": [f.range_end for f in unique],
-        "window_starts": [f.window_start or window_start for f in unique],
-        "window_ends": [f.window_end or window_end for f in unique],
-        "rows": [f.rows for f in unique],
-        "bytes": [f.bytes for f in unique],
-        "table_names": [f.table_name for f in unique],
-    }
 
 
 class BatchTransitions(StoreBase):

@@ -14,6 +14,10 @@ STALE = (
     "OR (state = 'RUNNING' AND liveness_key IN (SELECT liveness_key FROM dead)))"
 )
 NOT_OWN = "AND liveness_key IS DISTINCT FROM CAST(:liveness_key AS integer)"
+# The tokens of a CTE as an index condition on the primary key: joined by token alone, a lineage the planner has
+# no statistics for yet (just bootstrapped, or grown since the last ANALYZE) is estimated at one row and the
+# join becomes a scan of the whole lineage per picked token, quadratic in the window's partitions.
+BY_KEY = "AND {alias}.token = ANY(ARRAY(SELECT token FROM {cte}))"
 # A claim takes tokens whose next read starts inside the window (rules.needs_read as a range scan on
 # cdc_partitions_claimable), least landed first, plus any stale ones. `stale` and `fresh` pick
 # disjoint states so no row is picked twice. `dead` is MATERIALIZED so each key is probed once.
@@ -41,7 +45,7 @@ WITH dead AS MATERIALIZED ({dead_keys}), stale AS (
         lease_expires_at = clock_timestamp() + CAST(:lease AS interval), attempts = p.attempts + 1,
         liveness_key = CAST(:liveness_key AS integer)
     FROM picked
-    WHERE p.lineage_id = :lineage_id AND p.token = picked.token
+    WHERE p.lineage_id = :lineage_id AND p.token = picked.token {by_key}
     RETURNING p.token, p.partition_start, p.watermark, p.read_from, p.attempts, p.lease_expires_at,
               picked.previous_attempt, picked.previous_state, picked.holder_died
 ), recorded AS (
@@ -58,6 +62,7 @@ CLAIM_ANY = sa.text(
         stale_states="'SCHEDULED', 'RUNNING'",
         fresh_states="'READY'",
         only_named="",
+        by_key=BY_KEY.format(alias="p", cte="picked"),
     )
 )
 # A task naming its tokens may take them from SCHEDULED too; then only stale RUNNING ones are stale.
@@ -68,6 +73,7 @@ CLAIM_NAMED = sa.text(
         stale_states="'RUNNING'",
         fresh_states="'READY', 'SCHEDULED'",
         only_named="AND token = ANY(CAST(:named AS text[]))",
+        by_key=BY_KEY.format(alias="p", cte="picked"),
     ),
 )
 # One primary-key update per reclaimed token; a join here gets planned as a scan of every attempt.
@@ -78,7 +84,7 @@ EXPIRE_ATTEMPT = sa.text(
 HOLDER_DIED = "its run died (liveness lock free)"
 LEASE_EXPIRED = "lease expired"
 SCHEDULE = sa.text(
-    """
+    f"""
     WITH picked AS (
         SELECT token FROM cdc_partitions
         WHERE lineage_id = :lineage_id AND state = 'READY' AND read_from <= :last
@@ -89,7 +95,7 @@ SCHEDULE = sa.text(
     UPDATE cdc_partitions p
     SET state = 'SCHEDULED', scheduled_at = clock_timestamp(), lease_owner = :owner,
         lease_expires_at = clock_timestamp() + :lease, liveness_key = NULL
-    FROM picked WHERE p.lineage_id = :lineage_id AND p.token = picked.token
+    FROM picked WHERE p.lineage_id = :lineage_id AND p.token = picked.token {BY_KEY.format(alias="p", cte="picked")}
     RETURNING p.token
     """
 )
