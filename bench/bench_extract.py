@@ -28,7 +28,7 @@ from bench.extract_support import (
     window_after,
     write_orders,
 )
-from spanner_cdc.local_spanner.launcher import LocalSpanner
+from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.settings import Settings
 
 COMMAND = "python -m bench.bench_extract"
@@ -40,7 +40,7 @@ MODES = ("local", "standalone", "connect")
 
 def _bare_drain(database: Any, token: str, start: datetime, end: datetime) -> int:
     """The google-cloud-spanner client merely draining the partition query (rows decoded, nothing else)."""
-    from spanner_cdc.queries import build_query
+    from spanner_cdc.source.queries import build_query
 
     query = build_query(STREAM, "GOOGLE_STANDARD_SQL", token, start, end, 1000)
     rows = 0
@@ -58,9 +58,9 @@ def _timed(run: Callable[[], int]) -> tuple[int, float]:
 
 def bench_rate(base: Settings, transactions: int, rounds: int, tmp: Path) -> dict[str, Any]:
     """One partition: the bare client's drain vs the extract of the same token over the same range, interleaved."""
-    from spanner_cdc.pipeline import extract_tokens, plan_window
-    from spanner_cdc.planning import root_partitions
-    from spanner_cdc.spanner_client import stream_metadata
+    from spanner_cdc.extract.planning import root_partitions
+    from spanner_cdc.extract.window import extract_tokens, plan_window
+    from spanner_cdc.source.client import stream_metadata
     from spanner_cdc.spark.session import spark_session
 
     with LocalSpanner(extra_args=policy_args(1), log_path=tmp / "rate-server.log") as server:
@@ -106,7 +106,7 @@ def bench_rate(base: Settings, transactions: int, rounds: int, tmp: Path) -> dic
 
 
 def _mode_context(mode: str, tmp: Path) -> AbstractContextManager[Any]:
-    from spanner_cdc.spark.launcher import ConnectServer, StandaloneCluster
+    from spanner_cdc.devstack.spark_cluster import ConnectServer, StandaloneCluster
 
     if mode == "standalone":
         return StandaloneCluster(cores=2, memory="2g", work_dir=tmp / "standalone")
@@ -118,7 +118,7 @@ def _mode_context(mode: str, tmp: Path) -> AbstractContextManager[Any]:
 def bench_overhead(base: Settings, tokens: int, transactions: int, modes: Sequence[str], tmp: Path) -> list[dict[str, Any]]:
     """A window of `tokens` small partitions, extracted in each run mode by a fresh driver process."""
     with LocalSpanner(extra_args=policy_args(tokens), log_path=tmp / "overhead-server.log") as server:
-        from spanner_cdc.spanner_client import stream_metadata
+        from spanner_cdc.source.client import stream_metadata
 
         database = new_database(server)
         created = stream_metadata(database, STREAM, "GOOGLE_STANDARD_SQL").created_at
@@ -156,7 +156,7 @@ def bench_overhead(base: Settings, tokens: int, transactions: int, modes: Sequen
 
 def bench_memory(base: Settings, sizes: Sequence[int], tmp: Path) -> list[dict[str, Any]]:
     """Peak memory of `spanner-cdc extract` (driver, JVM, Python workers) over one partition of each size."""
-    from spanner_cdc.spanner_client import stream_metadata
+    from spanner_cdc.source.client import stream_metadata
 
     results = []
     with LocalSpanner(extra_args=policy_args(1), log_path=tmp / "memory-server.log") as server:
@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.windows_worker:
         return run_windows_worker([(datetime.fromisoformat(s), datetime.fromisoformat(e)) for s, e in json.loads(args.windows_worker)])
     skip = set(filter(None, args.skip.split(",")))
-    from spanner_cdc.embedded_pg import ensure_running
+    from spanner_cdc.devstack.embedded_pg import ensure_running
     from spanner_cdc.store import MetadataStore
 
     with tempfile.TemporaryDirectory(prefix="bench-extract-") as name:

@@ -120,7 +120,7 @@ def concurrent(host: str, database_id: str, dialect: str, token: str, start: dat
 
 
 def bench_dialect(server: Any, dialect: str, records: int, rounds: int, readers: int, past_reads: bool = True) -> dict[str, Any]:
-    from spanner_cdc.local_spanner.launcher import create_database
+    from spanner_cdc.devstack.spanner_server import create_database
 
     database_id = f"b{uuid.uuid4().hex[:12]}"
     database = create_database(server.host, PROJECT, INSTANCE, database_id, DDL[dialect], dialect)
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dialect", choices=("GOOGLE_STANDARD_SQL", "POSTGRESQL", "both"), default="both")
     parser.add_argument("--no-past-reads", action="store_true", help="skip the read at a past timestamp (for a server without row versions)")
     args = parser.parse_args(argv)
-    from spanner_cdc.local_spanner.launcher import LocalSpanner
+    from spanner_cdc.devstack.spanner_server import LocalSpanner
 
     dialects = ["GOOGLE_STANDARD_SQL", "POSTGRESQL"] if args.dialect == "both" else [args.dialect]
     with tempfile.TemporaryDirectory(prefix="bench-local-spanner-") as tmp:

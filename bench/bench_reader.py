@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import SINGLE_PARTITION_SERVER_ARGS
-from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
-from spanner_cdc.queries import build_query
-from spanner_cdc.reader import PartitionReader
-from spanner_cdc.spanner_client import stream_metadata
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
+from spanner_cdc.source.client import stream_metadata
+from spanner_cdc.source.queries import build_query
+from spanner_cdc.source.reader import PartitionReader
 
 COMMAND = "python -m bench.bench_reader"
 TARGET = 0.80  # the typed reader keeps >= 80% of the bare client's rate (issue 4)

@@ -15,9 +15,9 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.extract_support import INSTANCE, PROJECT, STREAM, new_database, policy_args, window_after, write_orders
-from spanner_cdc.extract import FAILPOINT_ENV, LEASE_ENV, LIVENESS_ENV
+from spanner_cdc.devstack.spanner_server import LocalSpanner
+from spanner_cdc.extract.token import FAILPOINT_ENV, LEASE_ENV, LIVENESS_ENV
 from spanner_cdc.lake.layout import LakeLayout
-from spanner_cdc.local_spanner.launcher import LocalSpanner
 from spanner_cdc.settings import Settings, subprocess_env
 
 COMMAND = "python -m bench.bench_recovery"
@@ -60,7 +60,7 @@ def kill_then_rerun(settings: Settings, start: datetime, end: datetime, env: dic
 
 def measure(base: Settings, rounds: int, tmp: Path) -> dict[str, list[float]]:
     """Interleaved rounds, each on a fresh lineage namespace of the same window."""
-    from spanner_cdc.spanner_client import stream_metadata
+    from spanner_cdc.source.client import stream_metadata
 
     with LocalSpanner(extra_args=policy_args(2), log_path=tmp / "server.log") as server:
         database = new_database(server)
@@ -94,8 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per mode; medians are reported (default 2)")
     args = parser.parse_args(argv)
-    from spanner_cdc.embedded_pg import ensure_running
-    from spanner_cdc.spark.launcher import ConnectServer
+    from spanner_cdc.devstack.embedded_pg import ensure_running
+    from spanner_cdc.devstack.spark_cluster import ConnectServer
     from spanner_cdc.store import MetadataStore
 
     with tempfile.TemporaryDirectory(prefix="bench-recovery-") as name:

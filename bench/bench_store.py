@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench.figures import report
-from spanner_cdc.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
 from spanner_cdc.store import Claim, Completion, ManifestFile, MetadataStore
 
 COMMAND = "python -m bench.bench_store"
@@ -266,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.metadata_url:
             url, where = args.metadata_url, "the given Postgres"
         else:
-            from spanner_cdc.embedded_pg import ensure_running
+            from spanner_cdc.devstack.embedded_pg import ensure_running
 
             server = ensure_running(Path(tmp) / "postgres")
             url, where = server.create_database("bench_store"), "the embedded Postgres (fsync=off)"

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from spanner_cdc.settings import Settings, subprocess_env
 
 PROJECT, INSTANCE = "bench-project", "bench-instance"
@@ -78,7 +78,7 @@ def bulk_rows(database: Any, rows: int, *, per_transaction: int = 500) -> dateti
 
 def run_windows_worker(windows: list[tuple[datetime, datetime]]) -> int:
     """In a fresh process (one run mode's driver): extract the windows in order, print their timings as JSON."""
-    from spanner_cdc.pipeline import run_window
+    from spanner_cdc.extract.window import run_window
     from spanner_cdc.settings import load_settings
     from spanner_cdc.spark.session import spark_session, stop_sessions
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, task
 
-from spanner_cdc.airflow_support import SPANNER_POOL
+from spanner_cdc.names import BACKFILL_DAG_ID, SPANNER_POOL
 from spanner_cdc.settings import load_settings
-from spanner_cdc.streams import load_streams
+from spanner_cdc.stream_config import load_streams
 
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "spanner-cdc",
@@ -69,7 +69,7 @@ def _params() -> dict[str, Param]:
 
 
 with DAG(
-    dag_id="spanner_cdc_backfill",
+    dag_id=BACKFILL_DAG_ID,
     schedule=None,
     start_date=dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
     catchup=False,
@@ -81,13 +81,13 @@ with DAG(
 
     @task(task_id="validate", retries=0)
     def validate(params: Any = None, run_id: Any = None) -> dict:
-        from spanner_cdc.airflow_support import backfill
+        from spanner_cdc.orchestration import backfill
 
         return backfill.validate(params, run_id)
 
     @task(task_id="extract_windows", pool=SPANNER_POOL)
     def extract_windows(spec: dict, run_id: Any = None) -> dict:
-        from spanner_cdc.airflow_support import backfill
+        from spanner_cdc.orchestration import backfill
 
         return backfill.run(spec, run_id)
 

@@ -16,9 +16,9 @@ from airflow.sdk import (
     task,
 )
 
-from spanner_cdc.airflow_support import SPANNER_POOL
+from spanner_cdc.names import LIVE_NAMESPACE, SPANNER_POOL, landed_asset_name
 from spanner_cdc.settings import load_settings
-from spanner_cdc.streams import StreamConfig, load_streams
+from spanner_cdc.stream_config import StreamConfig, load_streams
 
 # Airflow maps tasks once per run, so children made ready by a wave's splits and merges are read by
 # the next of a fixed number of waves (`waves` of the stream's table); whatever is still pending after
@@ -44,10 +44,10 @@ tokens are pending). Configuration: the `[streams.{name}]` table of `$SPANNER_CD
 
 def landed_asset(config: StreamConfig) -> Asset:
     return Asset(
-        name=f"spanner_cdc_landed__{config.name}",
-        uri=f"spanner-cdc://{config.change_stream}/live",
+        name=landed_asset_name(config.name),
+        uri=f"spanner-cdc://{config.change_stream}/{LIVE_NAMESPACE}",
         group="spanner-cdc",
-        extra={"stream": config.change_stream, "namespace": "live"},
+        extra={"stream": config.change_stream, "namespace": LIVE_NAMESPACE},
     )
 
 
@@ -71,7 +71,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
 
         @task(task_id="catch_up", outlets=[caught_up])
         def catch_up(data_interval_start: Any = None, outlet_events: Any = None) -> list:
-            from spanner_cdc.airflow_support import hourly
+            from spanner_cdc.orchestration import hourly
 
             closed = hourly.catch_up(name, data_interval_start)
             for summary in closed:
@@ -80,13 +80,13 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
 
         @task(task_id="plan")
         def plan(data_interval_start: Any = None, data_interval_end: Any = None) -> list:
-            from spanner_cdc.airflow_support import hourly
+            from spanner_cdc.orchestration import hourly
 
             return hourly.plan(name, data_interval_start, data_interval_end)
 
         @task(task_id="next_wave", trigger_rule=TriggerRule.NONE_FAILED)
         def next_wave(data_interval_start: Any = None, data_interval_end: Any = None) -> list:
-            from spanner_cdc.airflow_support import hourly
+            from spanner_cdc.orchestration import hourly
 
             return hourly.next_wave(name, data_interval_start, data_interval_end)
 
@@ -97,7 +97,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
             map_index_template="{{ token_label }}",
         )
         def extract(batch: list, data_interval_start: Any = None, data_interval_end: Any = None) -> dict:
-            from spanner_cdc.airflow_support import hourly, waves
+            from spanner_cdc.orchestration import hourly, waves
 
             context = get_current_context()
             context["token_label"] = waves.batch_label(batch)  # type: ignore[typeddict-unknown-key]
@@ -106,7 +106,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
 
         @task(task_id="close", trigger_rule=TriggerRule.NONE_FAILED, outlets=[asset])
         def close(data_interval_start: Any = None, data_interval_end: Any = None, outlet_events: Any = None) -> dict:
-            from spanner_cdc.airflow_support import hourly
+            from spanner_cdc.orchestration import hourly
 
             summary = hourly.close(name, data_interval_start, data_interval_end)
             outlet_events[asset].extra = hourly.asset_extra(summary)

@@ -1,3 +1,3 @@
-from spanner_cdc.cli import main
+from spanner_cdc.cli.main import main
 
 raise SystemExit(main())

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc import names
 from spanner_cdc.errors import ConfigError
 
 ENV_PREFIX = "SPANNER_CDC_"
 CONFIG_ENV = "SPANNER_CDC_CONFIG"
-IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-DIALECTS = ("auto", "GOOGLE_STANDARD_SQL", "POSTGRESQL")
+DIALECTS = ("auto", *names.DIALECTS)
 SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)\])?|spark://[^/\s]+:\d+|sc://[^/\s]+(:\d+)?(/.*)?)$")
 
 
@@ -46,8 +46,8 @@ def _choice(*choices: str) -> Callable[[str, Any], str]:
 
 def _identifier(name: str, value: Any) -> str:
     text = str(value)
-    if not IDENTIFIER.match(text):
-        raise ConfigError(name, value, "an identifier: a letter or _, then letters, digits or _")
+    if not names.IDENTIFIER.fullmatch(text):
+        raise ConfigError(name, value, names.IDENTIFIER_ACCEPTED)
     return text
 
 
@@ -71,7 +71,7 @@ def _postgres_url(name: str, value: Any) -> str | None:
         return None
     text = str(value)
     if not re.match(r"^postgres(ql)?(\+\w+)?://", text):
-        from spanner_cdc.store_url import mask_password  # no setting's error may echo a secret
+        from spanner_cdc.masking import mask_password  # no setting's error may echo a secret
 
         raise ConfigError(name, mask_password(text), "a Postgres URL such as postgresql://user:pass@host:5432/db")
     return text

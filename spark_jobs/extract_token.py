@@ -21,10 +21,10 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
-    from spanner_cdc.cli import main as cli_main
-    from spanner_cdc.commands.extract import register as register_extract
-    from spanner_cdc.commands.extract import resolve_settings
-    from spanner_cdc.commands.read import parse_timestamp
+    from spanner_cdc.cli.commands.extract import register as register_extract
+    from spanner_cdc.cli.commands.extract import resolve_settings
+    from spanner_cdc.cli.commands.read import parse_timestamp
+    from spanner_cdc.cli.main import main as cli_main
     from spanner_cdc.errors import SpannerCdcError
 
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not known.token:
         return cli_main(["extract", *rest, "--spark-master", master])
 
-    from spanner_cdc.pipeline import extract_tokens
+    from spanner_cdc.extract.window import extract_tokens
 
     parser = argparse.ArgumentParser(prog="extract_token.py")
     parser.add_argument("--debug", action="store_true")

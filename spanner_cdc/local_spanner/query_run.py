@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlglot import exp
 
+from spanner_cdc.local_spanner.catalog_queries import VIEWS, view_rows
 from spanner_cdc.local_spanner.keysets import Rows, matching_keys, sorted_keys
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.queries import VIEWS, view_rows
 from spanner_cdc.local_spanner.schema import TableDef
 from spanner_cdc.local_spanner.sql_eval import Scope, Typed, comparable, convert, evaluate, truth, unsupported
 from spanner_cdc.local_spanner.sql_statements import Select

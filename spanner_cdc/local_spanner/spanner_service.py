@@ -33,10 +33,10 @@ from google.protobuf import empty_pb2, timestamp_pb2
 
 from spanner_cdc.local_spanner import sql, wire
 from spanner_cdc.local_spanner.catalog import Catalog, Database
+from spanner_cdc.local_spanner.catalog_queries import stream_arguments
 from spanner_cdc.local_spanner.dml import run_dml
 from spanner_cdc.local_spanner.model import QueryError
 from spanner_cdc.local_spanner.mutations import MutationSet
-from spanner_cdc.local_spanner.queries import stream_arguments
 from spanner_cdc.local_spanner.query_partitions import Partitions
 from spanner_cdc.local_spanner.query_run import read_rows, run_select
 from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, pg_metadata

@@ -9,7 +9,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from spanner_cdc.records import ChangeRecord, ChildPartition, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
+from spanner_cdc.source.records import (
+    ChangeRecord,
+    ChildPartition,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+    dispatch,
+)
 
 CONTROL_NAME = "control.json"
 
@@ -40,6 +47,7 @@ class ControlSummary:
     cpu_s: float = 0.0
     error_type: str | None = None
     error_message: str | None = None
+    _rows_of_record: int = field(default=0, init=False, repr=False, compare=False)  # rows of the record being observed
 
     @property
     def finished(self) -> bool:
@@ -54,17 +62,23 @@ class ControlSummary:
         return self.read_to
 
     def observe(self, record: ChangeRecord, rows: int = 0) -> None:
-        if isinstance(record, DataChangeRecord):
-            self.data_records += 1
-            self.rows += rows
-            self.tables[record.table_name] = self.tables.get(record.table_name, 0) + rows
-        elif isinstance(record, HeartbeatRecord):
-            self.heartbeats += 1
-        elif isinstance(record, ChildPartitionsRecord):
-            self.children.append(record)
+        """Count the record (a data change record landed as `rows` lake rows) and move the last timestamp."""
+        self._rows_of_record = rows
+        dispatch(record, self)
         ts = record.timestamp
         if self.last_timestamp is None or ts > self.last_timestamp:
             self.last_timestamp = ts
+
+    def data_change(self, record: DataChangeRecord) -> None:
+        self.data_records += 1
+        self.rows += self._rows_of_record
+        self.tables[record.table_name] = self.tables.get(record.table_name, 0) + self._rows_of_record
+
+    def heartbeat(self, record: HeartbeatRecord) -> None:
+        self.heartbeats += 1
+
+    def child_partitions(self, record: ChildPartitionsRecord) -> None:
+        self.children.append(record)
 
     def to_json(self) -> dict[str, Any]:
         return {

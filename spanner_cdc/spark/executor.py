@@ -13,9 +13,9 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spanner_cdc.lake.rows import EnvelopeBatcher, EnvelopeContext
+from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
 from spanner_cdc.lake.schema import PARTITION_COLUMN
-from spanner_cdc.records import ChangeRecord, DataChangeRecord
+from spanner_cdc.source.records import ChangeRecord, DataChangeRecord
 from spanner_cdc.spark.control import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 
@@ -52,7 +52,7 @@ _databases_lock = threading.Lock()
 def _database(spec: TokenJobSpec) -> Any:
     """One client per executor process and database: Python workers are reused across tasks."""
     from spanner_cdc.settings import Settings
-    from spanner_cdc.spanner_client import open_database
+    from spanner_cdc.source.client import open_database
 
     key = (spec.project, spec.instance, spec.database, spec.emulator_host)
     with _databases_lock:
@@ -65,7 +65,7 @@ def _database(spec: TokenJobSpec) -> Any:
 
 
 def _read(spec: TokenJobSpec, summary: ControlSummary) -> Iterator[pa.RecordBatch]:
-    from spanner_cdc.reader import PartitionReader
+    from spanner_cdc.source.reader import PartitionReader
 
     reader = PartitionReader(_database(spec), spec.stream, dialect=spec.dialect, heartbeat_ms=spec.heartbeat_ms)
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.lake.rows import DEFAULT_MAX_ROWS
+from spanner_cdc.lake.envelope import DEFAULT_MAX_ROWS
 from spanner_cdc.spark.control import CONTROL_NAME
 
 DATA_DIR = "data"

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from spanner_cdc.errors import ExtractError, NotFound, RetentionError, SourceError, SpannerCdcError
 from spanner_cdc.lake.schema import PARTITION_COLUMN, spark_ddl
+from spanner_cdc.names import short_token
 from spanner_cdc.spark.control import ControlSummary
 from spanner_cdc.spark.datasource import SOURCE_NAME
 from spanner_cdc.spark.executor import FILES_DDL
@@ -47,10 +48,10 @@ def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> ControlSummary:
         error_type = _ERROR_TYPES.get(summary.error_type, ExtractError)
         raise error_type(summary.error_message or summary.error_type)
     if job_error is not None:
-        raise ExtractError(f"{spec.stream} {spec.token[:16]}: the Spark job failed: {_first_line(job_error)}") from job_error
+        raise ExtractError(f"{spec.stream} {short_token(spec.token)}: the Spark job failed: {_first_line(job_error)}") from job_error
     if summary is None:
         raise ExtractError(
-            f"{spec.stream} {spec.token[:16]}: the Spark job ended without its control file {spec.control_path}; "
+            f"{spec.stream} {short_token(spec.token)}: the Spark job ended without its control file {spec.control_path}; "
             "the executors must share the output root's filesystem with the driver"
         )
     return summary

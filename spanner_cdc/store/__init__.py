@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from spanner_cdc.lineage.rules import State
 from spanner_cdc.store.metadata_store import MetadataStore
 from spanner_cdc.store.models import (
     BatchResult,
@@ -17,7 +18,6 @@ from spanner_cdc.store.models import (
     WindowRow,
     WindowStatus,
 )
-from spanner_cdc.store.rules import State
 
 if TYPE_CHECKING:
     from spanner_cdc.settings import Settings
@@ -45,7 +45,7 @@ def open_store(settings: Settings, *, check_schema: bool = True) -> MetadataStor
     No URL is an error here (StoreNotConfigured), never a Postgres started on whatever machine runs
     this: only the dev stack's entry points (the CLI, demo, up) fill in the embedded store first.
     """
-    from spanner_cdc.embedded_pg import require_metadata_url
+    from spanner_cdc.store.url import require_metadata_url
 
     store = MetadataStore.connect(require_metadata_url(settings.metadata_url))
     if check_schema:

@@ -9,11 +9,11 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection
 
-from spanner_cdc.records import ChildPartitionsRecord
-from spanner_cdc.store import rules
+from spanner_cdc.lineage import rules
+from spanner_cdc.source.records import ChildPartitionsRecord
+from spanner_cdc.store.base import StoreBase, utc_required
 from spanner_cdc.store.batch_sql import LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
 from spanner_cdc.store.models import BatchResult, Claim, Completion, LeaseLost
-from spanner_cdc.store.rows import StoreBase, utc_required
 from spanner_cdc.store.transition_sql import INSERT_CHILDREN, INSERT_EDGES, LEASE_HOLDER, PROMOTE
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,9 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from spanner_cdc import store_url
 from spanner_cdc.errors import SchemaOutdated, StoreError, StoreUnreachable
+from spanner_cdc.masking import mask_password
+from spanner_cdc.store import url as store_url
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -28,13 +29,13 @@ NO_SSL_HINT = "set sslmode=prefer or sslmode=disable in the URL, or enable SSL o
 
 
 def normalise_url(url: str) -> str:
-    """The SQLAlchemy URL of what the user wrote (psycopg2 for the plain forms); see spanner_cdc.store_url."""
+    """The SQLAlchemy URL of what the user wrote (psycopg2 for the plain forms); see spanner_cdc.store.url."""
     return store_url.normalise_url(url)
 
 
 def display_url(url: str) -> str:
     """The URL with its password hidden, for messages and logs (also for text that is no URL at all)."""
-    return store_url.mask_password(url)
+    return mask_password(url)
 
 
 def _reason(exc: BaseException) -> str:

@@ -9,10 +9,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from spanner_cdc.errors import NotFound, StoreError
-from spanner_cdc.records import ChildPartition
-from spanner_cdc.store import rules
-from spanner_cdc.store.models import Lineage, LineageGraph, PartitionRow
-from spanner_cdc.store.rows import (
+from spanner_cdc.lineage import rules
+from spanner_cdc.source.records import ChildPartition
+from spanner_cdc.store.base import (
     LINEAGE_COLUMNS,
     PARTITION_SELECT,
     WINDOW_COLUMNS,
@@ -22,6 +21,7 @@ from spanner_cdc.store.rows import (
     utc,
     window_from,
 )
+from spanner_cdc.store.models import Lineage, LineageGraph, PartitionRow
 
 INSERT_LINEAGE = sa.text(
     "INSERT INTO cdc_lineages (stream, namespace, database) VALUES (:stream, :namespace, :database) "

@@ -6,8 +6,8 @@ from spanner_cdc.store import migrations
 from spanner_cdc.store.database import Database
 from spanner_cdc.store.lineages import LineageQueries
 from spanner_cdc.store.liveness import Liveness
+from spanner_cdc.store.manifest import WindowQueries
 from spanner_cdc.store.transitions import PartitionTransitions
-from spanner_cdc.store.windows import WindowQueries
 
 
 class MetadataStore(LineageQueries, PartitionTransitions, WindowQueries):

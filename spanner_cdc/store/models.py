@@ -8,10 +8,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import StoreError
-from spanner_cdc.store import rules
+from spanner_cdc.lineage import rules
 
 if TYPE_CHECKING:
-    from spanner_cdc.records import ChildPartitionsRecord
+    from spanner_cdc.source.records import ChildPartitionsRecord
 
 
 class LeaseLost(StoreError):

@@ -7,8 +7,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
+from spanner_cdc.lineage.rules import State
 from spanner_cdc.store.models import LineageGraph, PartitionRow, WindowRow
-from spanner_cdc.store.rules import State
 
 FORMATS = ("text", "json", "dot")
 SHORT_TOKEN = 24

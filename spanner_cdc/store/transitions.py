@@ -10,12 +10,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from spanner_cdc.records import ChildPartitionsRecord
-from spanner_cdc.store import rules
+from spanner_cdc.lineage import rules
+from spanner_cdc.source.records import ChildPartitionsRecord
+from spanner_cdc.store.base import utc, utc_required
 from spanner_cdc.store.batches import BatchTransitions, lease_lost
 from spanner_cdc.store.liveness import Liveness
 from spanner_cdc.store.models import Claim, Completion, ManifestFile
-from spanner_cdc.store.rows import utc, utc_required
 from spanner_cdc.store.transition_sql import (
     CLAIM_ANY,
     CLAIM_NAMED,

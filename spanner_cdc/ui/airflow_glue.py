@@ -54,7 +54,7 @@ def _metadata_connection() -> Any:
     from airflow.exceptions import AirflowNotFoundException
     from airflow.models.connection import Connection
 
-    from spanner_cdc.airflow_support.connections import METADATA_CONN_ID, conn_id
+    from spanner_cdc.orchestration.connections import METADATA_CONN_ID, conn_id
 
     try:
         return Connection.get_connection_from_secrets(conn_id(METADATA_CONN_ID))
@@ -64,10 +64,10 @@ def _metadata_connection() -> Any:
 
 def connect() -> StoreTarget:
     """Resolve the store like the DAGs do: SPANNER_CDC_* settings, then the metadata connection on top."""
-    from spanner_cdc.airflow_support.connections import apply_connections
+    from spanner_cdc.orchestration.connections import apply_connections
     from spanner_cdc.settings import load_settings
     from spanner_cdc.store import open_store
-    from spanner_cdc.streams import load_streams
+    from spanner_cdc.stream_config import load_streams
     from spanner_cdc.ui.app import StoreTarget
 
     settings = apply_connections(load_settings({}), metadata=_metadata_connection())

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from spanner_cdc.airflow_support.backfill import backfill_namespace
+from spanner_cdc.names import BACKFILL_DAG_ID, HOURLY_DAG_PREFIX, LIVE_NAMESPACE, backfill_namespace
 from spanner_cdc.ui.view import LineageView
-
-HOURLY_PREFIX = "spanner_cdc_hourly__"
-BACKFILL_DAG = "spanner_cdc_backfill"
-LIVE = "live"
 
 
 def lineage_for_dag(
@@ -22,14 +18,14 @@ def lineage_for_dag(
 
     `stream_names` maps a configured stream name to its change stream (lineages are keyed by the latter).
     """
-    if dag_id.startswith(HOURLY_PREFIX):
-        name = dag_id[len(HOURLY_PREFIX):]
+    if dag_id.startswith(HOURLY_DAG_PREFIX):
+        name = dag_id[len(HOURLY_DAG_PREFIX):]
         stream = stream_names.get(name, name)
         for ln in lineages:
-            if ln.stream == stream and ln.namespace == LIVE:
+            if ln.stream == stream and ln.namespace == LIVE_NAMESPACE:
                 return ln.stream, ln.namespace
         return None
-    if dag_id == BACKFILL_DAG and run_id:
+    if dag_id == BACKFILL_DAG_ID and run_id:
         wanted = backfill_namespace(run_id)
         for ln in lineages:
             if ln.namespace == wanted:

@@ -2,30 +2,9 @@
 
 from __future__ import annotations
 
-import re
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
-MASK = "***"
-# user:password@ inside any URL-looking text (an error message may quote a URL the UI never saw).
-URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@")
-
-
-def mask_url(url: str | None) -> str:
-    """The URL with its password replaced by ***; anything unparsable is hidden whole."""
-    if not url:
-        return "embedded Postgres"
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        port = f":{parts.port}" if parts.port else ""
-        return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}{port}"))
-    except ValueError:
-        return MASK
+from spanner_cdc.masking import MASK, URL_PASSWORD, mask_url
 
 
 class Redactor:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from html import escape
 
+from spanner_cdc.names import short_token
+from spanner_cdc.ui.graph_layout import NODE_HEIGHT, NODE_WIDTH, NodeInput, layout
 from spanner_cdc.ui.health import parent_map, splits_and_merges
-from spanner_cdc.ui.layout import NODE_HEIGHT, NODE_WIDTH, NodeInput, layout
 from spanner_cdc.ui.view import StreamView
 
 # Fill and text colour per state, close to Airflow's task-state palette so operators read them the same way.
@@ -21,11 +22,6 @@ UNKNOWN_COLOUR = ("#ffffff", "#000000")
 SPLIT_EDGE = "#6a1b9a"
 MERGE_EDGE = "#e65100"
 PLAIN_EDGE = "#607d8b"
-
-
-def short_token(token: str) -> str:
-    """A token short enough for a box; the full one is in the tooltip and the tables."""
-    return token if len(token) <= 14 else f"{token[:8]}…{token[-4:]}"
 
 
 def _time(value: datetime | None) -> str:

@@ -18,8 +18,8 @@ import pytest
 import sqlalchemy
 from sqlalchemy.engine import make_url
 
-from spanner_cdc.local_spanner import workload
-from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
+from spanner_cdc.devstack import workload
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from spanner_cdc.settings import Settings, subprocess_env
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
@@ -261,7 +261,7 @@ def test_the_backfill_form_refuses_bad_values_before_reading_anything(
 ) -> None:  # fmt: skip
     from airflow.sdk.exceptions import AirflowFailException
 
-    from spanner_cdc.airflow_support.backfill import validate
+    from spanner_cdc.orchestration.backfill import validate
 
     config = tmp_path / "streams.toml"
     config.write_text('[streams.orders]\nchange_stream = "orders_stream"\nstart_date = 2024-01-01T00:00:00Z\n')

@@ -5,7 +5,7 @@ from urllib.parse import quote, unquote, urlsplit
 import pytest
 import sqlalchemy as sa
 
-from spanner_cdc.embedded_pg import EmbeddedPostgres
+from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres
 from tests.fixtures.postgres import PostgresRole, PrivatePostgres
 
 pytestmark = pytest.mark.integration

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from spanner_cdc.airflow_support import SPANNER_POOL, connections
-from spanner_cdc.cli import build_parser
+from spanner_cdc.cli.main import build_parser
+from spanner_cdc.names import SPANNER_POOL
+from spanner_cdc.orchestration import connections
 from spanner_cdc.settings import CONFIG_ENV, Settings, load_settings
-from spanner_cdc.streams import load_streams
+from spanner_cdc.stream_config import load_streams
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from spanner_cdc.local_spanner.changestream import codec
+from spanner_cdc.local_spanner.changestream.commit_records import ColumnTypesCache, build_transaction
 from spanner_cdc.local_spanner.changestream.journal import Journal
 from spanner_cdc.local_spanner.changestream.partitions import Partition, from_us, to_us
 from spanner_cdc.local_spanner.changestream.policy import PartitionPolicy
 from spanner_cdc.local_spanner.changestream.query import read_partition, read_roots
-from spanner_cdc.local_spanner.changestream.records import ColumnTypesCache, build_transaction
 from spanner_cdc.local_spanner.changestream.reshape import Reshaper
 from spanner_cdc.local_spanner.changestream.streams import StreamState, same_definition, validate
 from spanner_cdc.local_spanner.clock import ServerClock

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from spanner_cdc.local_spanner.changestream.partitions import PartitionSet
 from spanner_cdc.local_spanner.model import QueryError, StreamDef, TableInfo
-from spanner_cdc.records import VALUE_CAPTURE_TYPES
+from spanner_cdc.names import VALUE_CAPTURE_TYPES
 
 
 @dataclass(eq=False)

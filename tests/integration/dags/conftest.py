@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc import airflow_env
-from spanner_cdc.embedded_pg import EmbeddedPostgres
+from spanner_cdc.devstack import airflow_env
+from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres
 from spanner_cdc.settings import Settings
 
 HOUR = dt.timedelta(hours=1)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.demo_summary import lake_identities, lake_uuids, published_files
-from spanner_cdc.demo_truth import truth_identities
+from spanner_cdc.devstack.demo_summary import lake_identities, lake_uuids, published_files
+from spanner_cdc.devstack.demo_truth import truth_identities
 from spanner_cdc.store import MetadataStore
 from tests.integration.dags.conftest import (
     CHANGE_STREAM,
@@ -58,8 +58,8 @@ def _wait_until(server: Any, when: dt.datetime, rate: float) -> None:
 @pytest.fixture(scope="module")
 def history(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     """Two past hours of changes, written by the workload while the server splits and merges partitions."""
-    from spanner_cdc.local_spanner import workload
-    from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
+    from spanner_cdc.devstack import workload
+    from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 
     # The clock starts early enough that the stream exists before the first window whatever the start-up
     # takes; the two windows are the first whole hours after that, and end before the wall clock's hour.

@@ -14,8 +14,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from spanner_cdc.embedded_pg import EmbeddedPostgres
-from spanner_cdc.local_spanner.workload import load_ground_truth
+from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres
+from spanner_cdc.devstack.workload import load_ground_truth
 from spanner_cdc.store import MetadataStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc import airflow_env
-from spanner_cdc.demo_summary import lake_identities, lake_uuids, published_files
-from spanner_cdc.demo_truth import truth_identities
-from spanner_cdc.embedded_pg import EmbeddedPostgres, free_port
+from spanner_cdc.devstack import airflow_env
+from spanner_cdc.devstack.demo_summary import lake_identities, lake_uuids, published_files
+from spanner_cdc.devstack.demo_truth import truth_identities
+from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres, free_port
 from spanner_cdc.settings import Settings
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.postgres import PrivatePostgres

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from spanner_cdc.local_spanner.launcher import LocalSpanner
+from spanner_cdc.devstack.spanner_server import LocalSpanner
 
 HOUR = dt.timedelta(hours=1)
 PROJECT, INSTANCE = "local-project", "local-instance"
@@ -53,8 +53,8 @@ def past_history(
     """The workload over `hours` windows that end at the wall clock's last whole hour, written at an accelerated
     clock while the server's default policy splits and merges partitions (every 20 server minutes; the
     policy's seed is `seed`); then the server runs at real time, past the last window."""
-    from spanner_cdc.local_spanner import workload
-    from spanner_cdc.local_spanner.launcher import create_database
+    from spanner_cdc.devstack import workload
+    from spanner_cdc.devstack.spanner_server import create_database
 
     last_hour = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
     clock_start = last_hour - hours * HOUR - dt.timedelta(minutes=30)  # the stream exists before the first

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from spanner_cdc.extract import FAILPOINT_ENV, LEASE_ENV
+from spanner_cdc.devstack.spanner_server import LocalSpanner
+from spanner_cdc.extract.token import FAILPOINT_ENV, LEASE_ENV
+from spanner_cdc.extract.window import run_window
 from spanner_cdc.lake.layout import LakeLayout, published_files
-from spanner_cdc.local_spanner.launcher import LocalSpanner
-from spanner_cdc.pipeline import run_window
 from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.spark import LOCAL_MASTER

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.cli import main
-from spanner_cdc.local_spanner import workload
-from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
-from spanner_cdc.local_spanner.workload_schema import parse_timestamp
+from spanner_cdc.cli.main import main
+from spanner_cdc.devstack import workload
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
+from spanner_cdc.devstack.workload_schema import parse_timestamp
 from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id

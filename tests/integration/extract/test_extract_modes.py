@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from spanner_cdc.devstack.spanner_server import LocalSpanner
+from spanner_cdc.devstack.spark_cluster import StandaloneCluster, spark_home
 from spanner_cdc.lake.layout import LakeLayout
-from spanner_cdc.local_spanner.launcher import LocalSpanner
 from spanner_cdc.settings import subprocess_env
-from spanner_cdc.spark.launcher import StandaloneCluster, spark_home
 from spanner_cdc.spark.spec import WRITER_ENV
 from tests.integration.extract.lake_reading import change_of, published_rows
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload

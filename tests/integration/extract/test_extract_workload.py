@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from spanner_cdc.devstack import workload
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
+from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME, comparable, parse_timestamp
+from spanner_cdc.extract.window import catch_up, run_window
 from spanner_cdc.lake.layout import LakeLayout, published_files
-from spanner_cdc.local_spanner import workload
-from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
-from spanner_cdc.local_spanner.workload_schema import TABLES_BY_NAME, comparable, parse_timestamp
-from spanner_cdc.pipeline import catch_up, run_window
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.extract.lake_reading import plain_utc, published_rows

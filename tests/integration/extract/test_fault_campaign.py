@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.demo_summary import lake_identities, lake_uuids, published_files
-from spanner_cdc.demo_truth import truth_identities
+from spanner_cdc.devstack.demo_summary import lake_identities, lake_uuids, published_files
+from spanner_cdc.devstack.demo_truth import truth_identities
 from spanner_cdc.settings import Settings, subprocess_env
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.postgres import PrivatePostgres

@@ -10,8 +10,8 @@ import pytest
 
 from spanner_cdc.lake.publish import staged_files
 from spanner_cdc.spark.check import transaction_check
-from tests.unit.lake_records import T0, data_record
-from tests.unit.test_lake_publish import stage
+from tests.unit.lake.records import T0, data_record
+from tests.unit.lake.test_publish import stage
 
 pytestmark = pytest.mark.integration
 E = T0 + timedelta(hours=1)

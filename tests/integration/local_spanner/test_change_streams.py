@@ -11,7 +11,7 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import spanner
 
-from spanner_cdc.local_spanner.launcher import LocalSpanner
+from spanner_cdc.devstack.spanner_server import LocalSpanner
 from tests.integration.local_spanner.reading import data_records, query_partition, read_stream
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from google.api_core import exceptions
 from google.cloud import spanner
 from google.rpc import code_pb2
 
-from spanner_cdc.local_spanner.launcher import GOOGLE_STANDARD_SQL, POSTGRESQL
+from spanner_cdc.devstack.spanner_server import GOOGLE_STANDARD_SQL, POSTGRESQL
 from tests.integration.local_spanner.reading import data_records, read_stream
 
 pytestmark = pytest.mark.integration

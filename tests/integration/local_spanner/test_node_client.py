@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.local_spanner.launcher import GOOGLE_STANDARD_SQL, POSTGRESQL, create_database
+from spanner_cdc.devstack.spanner_server import GOOGLE_STANDARD_SQL, POSTGRESQL, create_database
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
 pytestmark = pytest.mark.integration

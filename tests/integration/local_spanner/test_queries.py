@@ -8,7 +8,7 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import spanner
 
-from spanner_cdc.local_spanner.launcher import GOOGLE_STANDARD_SQL, POSTGRESQL
+from spanner_cdc.devstack.spanner_server import GOOGLE_STANDARD_SQL, POSTGRESQL
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from google.cloud import spanner
 
-from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from tests.integration.local_spanner.reading import data_records, read_stream
 
 pytestmark = pytest.mark.integration

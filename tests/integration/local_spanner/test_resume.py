@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.local_spanner.launcher import LocalSpanner
+from spanner_cdc.devstack.spanner_server import LocalSpanner
 from tests.integration.local_spanner.reading import query_partition
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import spanner
 
-from spanner_cdc.local_spanner.launcher import GOOGLE_STANDARD_SQL, POSTGRESQL, LocalSpanner, create_database
+from spanner_cdc.devstack.spanner_server import GOOGLE_STANDARD_SQL, POSTGRESQL, LocalSpanner, create_database
 from spanner_cdc.local_spanner.values import parse_timestamp
 
 pytestmark = pytest.mark.integration

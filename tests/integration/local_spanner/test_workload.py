@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from google.cloud.spanner_v1 import JsonObject, TypeCode, param_types
 
-from spanner_cdc.local_spanner import workload
-from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
-from spanner_cdc.local_spanner.workload_schema import TABLES_BY_NAME, comparable, parse_timestamp
+from spanner_cdc.devstack import workload
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
+from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME, comparable, parse_timestamp
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
 pytestmark = pytest.mark.integration
@@ -107,7 +107,8 @@ def test_unknown_database(local_spanner: LocalSpanner, databases: dict[str, Any]
 
 
 def test_unknown_token(local_spanner: LocalSpanner, databases: dict[str, str]) -> None:
-    end = (datetime.now(UTC) + timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # an end far enough ahead that a slow CLI start under load still parses `--start now` before it
+    end = (datetime.now(UTC) + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = run_read(local_spanner, "--database", databases["GOOGLE_STANDARD_SQL"], "--stream", "OrdersStream",
                       "--start", "now", "--end", end, "--token", "no-such-token")  # fmt: skip
     assert_one_error_line(result, 1, "OrdersStream no-such-token: ")

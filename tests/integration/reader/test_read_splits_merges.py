@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
-from spanner_cdc.reader import PartitionReader
-from spanner_cdc.record_json import rfc3339
-from spanner_cdc.spanner_client import stream_metadata
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
+from spanner_cdc.source.client import stream_metadata
+from spanner_cdc.source.reader import PartitionReader
+from spanner_cdc.source.record_json import rfc3339
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.reader.lineage_checks import (
     Mod,
@@ -108,7 +108,7 @@ def test_reader_survives_unavailable_mid_stream(local_spanner: LocalSpanner) -> 
     writer = Writer(database, "GOOGLE_STANDARD_SQL")
     writer.round(range(0, 30), seq=1)
     end = max(commit for *_, commit in writer.truth)
-    from spanner_cdc.commands.read import parse_timestamp
+    from spanner_cdc.cli.commands.read import parse_timestamp
 
     end_ts = parse_timestamp(end, "--end") + timedelta(microseconds=1)
     reader = PartitionReader(database, stream, dialect="GOOGLE_STANDARD_SQL", heartbeat_ms=1000)

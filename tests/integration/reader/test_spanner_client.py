@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from spanner_cdc.errors import NotFound
-from spanner_cdc.local_spanner.launcher import LocalSpanner, create_database
 from spanner_cdc.settings import Settings
-from spanner_cdc.spanner_client import detect_dialect, open_database, stream_metadata
+from spanner_cdc.source.client import detect_dialect, open_database, stream_metadata
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
 pytestmark = pytest.mark.integration

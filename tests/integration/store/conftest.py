@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import sqlalchemy as sa
 
-from spanner_cdc.embedded_pg import EmbeddedPostgres
+from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.postgres import PostgresRole, create_owned_database
 

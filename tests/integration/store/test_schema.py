@@ -94,7 +94,7 @@ def test_unreachable_store_says_how_to_point_elsewhere() -> None:
 def test_upgrade_from_version_2_fills_read_from_for_existing_partitions(empty_database: Callable[[], str]) -> None:
     import sqlalchemy as sa
 
-    from spanner_cdc.store import rules
+    from spanner_cdc.lineage import rules
 
     with MetadataStore.connect(empty_database()) as store:
         migrations.upgrade(store._db, migrations.discover()[:2])

@@ -17,13 +17,13 @@ MESSAGE = "no metadata store configured: set the Airflow connection spanner_cdc_
 # Each task body is called as the DAG's tasks call them; starting an embedded Postgres would raise instead.
 TASKS = r"""
 import datetime as dt, json, sys
-from spanner_cdc import embedded_pg
+from spanner_cdc.devstack import embedded_pg
 
 def refuse(*args, **kwargs):
     raise SystemExit("an Airflow task body tried to start an embedded Postgres")
 
 embedded_pg.ensure_running = refuse
-from spanner_cdc.airflow_support import backfill, hourly
+from spanner_cdc.orchestration import backfill, hourly
 
 start, end = dt.datetime(2024, 6, 1, tzinfo=dt.UTC), dt.datetime(2024, 6, 1, 1, tzinfo=dt.UTC)
 calls = {
@@ -60,7 +60,7 @@ def test_airflow_task_bodies_without_a_metadata_url_fail_naming_the_setting(tmp_
 
 
 def test_the_cli_on_a_laptop_starts_the_embedded_store(tmp_path: Path) -> None:
-    from spanner_cdc.embedded_pg import EmbeddedPostgres
+    from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPANNER_CDC_")}
     env["SPANNER_CDC_HOME"] = str(tmp_path / "home")

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from spanner_cdc.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
 from spanner_cdc.store import Claim, LeaseLost, ManifestFile, MetadataStore, PartitionRow, State
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from spanner_cdc.cli import build_parser
-from spanner_cdc.commands.local_spanner import _policy, _serve
+from spanner_cdc.cli.commands.local_spanner import _policy, _serve
+from spanner_cdc.cli.main import build_parser
 from spanner_cdc.errors import ConfigError
 
 

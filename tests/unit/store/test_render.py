@@ -3,9 +3,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from spanner_cdc.lineage.rules import State
 from spanner_cdc.store.models import Lineage, LineageGraph, PartitionRow, WindowRow
 from spanner_cdc.store.render import human_duration, iso, render, short
-from spanner_cdc.store.rules import State
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 NOW = T0 + timedelta(hours=3)

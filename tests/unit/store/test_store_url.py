@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from spanner_cdc.errors import ConfigError, StoreError, StoreNotConfigured
+from spanner_cdc.masking import mask_password
 from spanner_cdc.settings import load_settings
 from spanner_cdc.store import open_store
 from spanner_cdc.store.database import Database
-from spanner_cdc.store_url import mask_password, normalise_url
+from spanner_cdc.store.url import normalise_url
 
 SECRET = "p@ss:w/rd%"
 QUOTED = "p%40ss%3Aw%2Frd%25"

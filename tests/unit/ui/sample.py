@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from spanner_cdc.lineage.rules import State
 from spanner_cdc.store.models import Lineage, LineageGraph, PartitionRow, WindowRow
-from spanner_cdc.store.rules import State
 from spanner_cdc.ui.view import StreamView, load_stream
 
 T0 = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)

@@ -7,12 +7,13 @@ from datetime import timedelta
 
 import pytest
 
-from spanner_cdc.airflow_support.backfill import backfill_namespace
-from spanner_cdc.store.rules import State
+from spanner_cdc.lineage.rules import State
+from spanner_cdc.masking import mask_url
+from spanner_cdc.names import backfill_namespace
 from spanner_cdc.ui.health import lag_seconds, splits_and_merges, state_counts, stuck
 from spanner_cdc.ui.links import lineage_for_dag
 from spanner_cdc.ui.metrics import render_metrics
-from spanner_cdc.ui.secrets import Redactor, mask_url
+from spanner_cdc.ui.secrets import Redactor
 from spanner_cdc.ui.view import LineageView
 from tests.unit.ui.sample import HOUR, NOW, T0, partition, sample_view
 

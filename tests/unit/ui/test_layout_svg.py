@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 import xml.etree.ElementTree as ET
 
-from spanner_cdc.store.rules import State
-from spanner_cdc.ui.layout import NODE_WIDTH, NodeInput, layout
-from spanner_cdc.ui.svg import render_lineage_svg, short_token
+from spanner_cdc.lineage.rules import State
+from spanner_cdc.ui.graph_layout import NODE_WIDTH, NodeInput, layout
+from spanner_cdc.ui.svg import render_lineage_svg
 from tests.unit.ui.sample import T0, partition, sample_view
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -75,9 +75,3 @@ def test_svg_escapes_tokens_and_marks_stuck_nodes() -> None:
     root = ET.fromstring(text)
     stuck = [g for g in root.iter(f"{SVG}g") if g.get("data-token") == evil]
     assert len(stuck) == 1 and "stuck" in (stuck[0].get("class") or "").split()
-
-
-def test_short_token_keeps_both_ends() -> None:
-    token = "AbCdEfGh" + "x" * 40 + "WXYZ"
-    assert short_token(token) == "AbCdEfGh…WXYZ"
-    assert short_token("short") == "short"

@@ -1,0 +1,141 @@
+"""`spanner-cdc read`: print a change stream's records as they come (one partition, or all of them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import TextIO
+
+from spanner_cdc.cli.commands._flags import add_dialect_flag, add_spanner_flags, int_or_text
+from spanner_cdc.errors import ConfigError, RetentionError, UsageError
+from spanner_cdc.source.record_json import record_to_json, rfc3339
+from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord, dispatch
+
+ORDER = 20
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
+TIMESTAMP_FORMAT = "an RFC 3339 timestamp with Z or an offset (e.g. 2024-05-01T09:00:00Z, 2024-05-01T11:00:00.5+02:00) or 'now'"
+
+
+def parse_timestamp(value: str, flag: str) -> datetime:
+    """--start / --end: RFC 3339 with Z or an offset, or 'now'; anything else names the flag."""
+    text = value.strip()
+    if text.lower() == "now":
+        return datetime.now(UTC)
+    if not _RFC3339.match(text):
+        raise ConfigError(flag, value, TIMESTAMP_FORMAT)
+    text = text[:10] + "T" + text[11:]
+    if text[-1] in "zZ":
+        text = text[:-1] + "+00:00"
+    head, _, fraction_and_zone = text.partition(".")
+    if fraction_and_zone:  # Python parses at most 6 fractional digits: drop the nanoseconds
+        digits = re.match(r"\d+", fraction_and_zone).group(0)  # type: ignore[union-attr]
+        text = f"{head}.{digits[:6].ljust(6, '0')}{fraction_and_zone[len(digits):]}"
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC)
+    except ValueError:
+        raise ConfigError(flag, value, TIMESTAMP_FORMAT) from None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "read",
+        help="print change records of a stream (one partition or all)",
+        description="Run change stream queries and print the records as they come. Without --token or "
+        "--all-partitions, runs the first (NULL-token) query, which returns the root partitions.",
+    )
+    add_spanner_flags(parser)
+    parser.add_argument("--stream", help="change stream name (SPANNER_CDC_STREAM)")
+    parser.add_argument("--start", required=True, help="start timestamp (inclusive): RFC 3339 with Z or offset, or 'now'")
+    parser.add_argument("--end", help="end timestamp (inclusive); without it, read until the partitions end")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--token", help="read this partition token")
+    which.add_argument(
+        "--all-partitions", action="store_true", help="run the whole query workflow: roots, then every child"
+    )
+    # a bad value is refused by load_settings, in the same words as through SPANNER_CDC_* (with the range)
+    parser.add_argument("--heartbeat-ms", type=int_or_text, help="heartbeat_milliseconds, 1000..300000 (default 10000)")
+    parser.add_argument("--format", choices=("jsonl", "text"), default="jsonl", help="output format (default jsonl)")
+    add_dialect_flag(parser, "SQL dialect (default: auto-detect)")
+    parser.add_argument("--concurrency", type=int_or_text, help="partitions queried at once with --all-partitions and --end, 1..256")
+    parser.set_defaults(func=handle)
+
+
+def format_text(token: str | None, record: ChangeRecord) -> str:
+    return dispatch(record, _TextLine(token))
+
+
+class _TextLine:
+    """One line per record: its timestamp, the partition it came from, its kind and what tells it apart."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    def data_change(self, record: DataChangeRecord) -> str:
+        keys = json.dumps([m.keys for m in record.mods], separators=(",", ":"))
+        return (
+            f"{rfc3339(record.commit_timestamp)} {self.token} data_change {record.mod_type} {record.table_name} "
+            f"txn={record.server_transaction_id} seq={record.record_sequence} mods={len(record.mods)} keys={keys}"
+        )
+
+    def heartbeat(self, record: HeartbeatRecord) -> str:
+        return f"{rfc3339(record.timestamp)} {self.token} heartbeat"
+
+    def child_partitions(self, record: ChildPartitionsRecord) -> str:
+        kids = " ".join(f"{c.token}<-[{','.join(c.parent_partition_tokens)}]" for c in record.child_partitions)
+        return f"{rfc3339(record.start_timestamp)} {self.token} child_partitions seq={record.record_sequence} {kids}"
+
+
+def write_records(records: Iterable[tuple[str | None, ChangeRecord]], fmt: str, out: TextIO) -> int:
+    count = 0
+    for token, record in records:
+        if fmt == "jsonl":
+            line = json.dumps(record_to_json(record, token), separators=(",", ":"), ensure_ascii=False)
+        else:
+            line = format_text(token, record)
+        out.write(line + "\n")
+        out.flush()  # a debugging tool: each record shows up as soon as it is read
+        count += 1
+    return count
+
+
+def handle(args: argparse.Namespace) -> int:
+    from spanner_cdc.settings import load_settings
+    from spanner_cdc.source.all_partitions import AllPartitions
+    from spanner_cdc.source.client import detect_dialect, format_retention, open_database, stream_metadata
+    from spanner_cdc.source.reader import PartitionReader
+
+    settings = load_settings(vars(args))
+    if not settings.stream:
+        raise ConfigError("--stream", None, "the name of a change stream (or SPANNER_CDC_STREAM)")
+    start = parse_timestamp(args.start, "--start")
+    end = parse_timestamp(args.end, "--end") if args.end else None
+    if end is not None and end < start:
+        raise UsageError(f"--end {rfc3339(end)} is before --start {rfc3339(start)}: --end must be at or after --start")
+    database = open_database(settings)
+    dialect = detect_dialect(database, settings.dialect)
+    metadata = stream_metadata(database, settings.stream, dialect)
+    reader = PartitionReader(
+        database, settings.stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, request_tag="spanner-cdc-read"
+    )
+    records: Iterator[tuple[str | None, ChangeRecord]]
+    if args.all_partitions:
+        records = iter(AllPartitions(reader, start, end, concurrency=settings.concurrency))
+    else:
+        token = args.token
+        records = ((token, record) for record in reader.read(token, start, end))
+    try:
+        write_records(records, args.format, sys.stdout)
+    except RetentionError as exc:
+        created = f", created {rfc3339(metadata.created_at)}" if metadata.created_at else ""
+        raise RetentionError(
+            f"{exc} [stream {metadata.name}: retention_period {format_retention(metadata.retention)}{created}]"
+        ) from None
+    except BrokenPipeError:  # `| head`: the reader of our output is gone, which is not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 0

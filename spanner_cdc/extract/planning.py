@@ -1,0 +1,67 @@
+"""Where a window's extract may start: the stream's creation, its retention, and the root partitions at that time."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from spanner_cdc.errors import RetentionError, UsageError
+from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
+
+log = logging.getLogger(__name__)
+
+
+def effective_start(stream: str, created_at: datetime | None, start: datetime, end: datetime) -> datetime:
+    """A window that begins before the stream existed starts at its creation; one that ends before is refused."""
+    if created_at is None or created_at <= start:
+        return start
+    if created_at >= end:
+        raise UsageError(
+            f"window [{start.isoformat()}, {end.isoformat()}) ends before change stream {stream} was created "
+            f"({created_at.isoformat()}): nothing to extract; choose a window after its creation"
+        )
+    return created_at
+
+
+def human(duration: timedelta) -> str:
+    seconds = int(duration.total_seconds())
+    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} seconds"
+
+
+def retention_message(stream: str, start: datetime, retention: timedelta, namespace: str, detail: str = "") -> str:
+    return (
+        f"window start {start.isoformat()} has left change stream {stream}'s retention period "
+        f"({human(retention)}){detail}: "
+        "those changes are gone from Spanner and cannot be extracted. Extract windows that start within the "
+        f"retention period (for a lineage that fell behind, into a new --namespace than {namespace!r}, e.g. a "
+        "backfill), or lengthen the stream's retention_period so this does not happen again"
+    )
+
+
+def check_retention(stream: str, start: datetime, retention: timedelta, namespace: str, *, now: datetime | None = None) -> None:
+    """Refuse up front by this machine's clock; `root_partitions` asks Spanner, whose clock decides."""
+    oldest = (now or datetime.now(UTC)) - retention
+    if start < oldest:
+        detail = f"; the oldest readable change is at about {oldest.isoformat()}"
+        raise RetentionError(retention_message(stream, start, retention, namespace, detail))
+
+
+def root_partitions(
+    database: Any, stream: str, *, dialect: str, heartbeat_ms: int, at: datetime, retention: timedelta, namespace: str
+) -> tuple[datetime, list[ChildPartition]]:
+    """The NULL-token query at `at`: the partitions alive then (and proof that `at` is still readable)."""
+    from spanner_cdc.source.reader import PartitionReader
+
+    reader = PartitionReader(database, stream, dialect=dialect, heartbeat_ms=heartbeat_ms)
+    try:
+        records = [r for r in reader.read(None, at, at) if isinstance(r, ChildPartitionsRecord)]
+    except RetentionError:
+        detail = " (Spanner answered OUT_OF_RANGE)"
+        raise RetentionError(retention_message(stream, at, retention, namespace, detail)) from None
+    roots = [child for record in records for child in record.child_partitions]
+    return min((r.start_timestamp for r in records), default=at), roots

@@ -1,0 +1,341 @@
+"""Extract one claimed token over one window: run its Spark job, publish its files, commit in one store transaction."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from spanner_cdc.errors import ExtractError, SpannerCdcError
+from spanner_cdc.lake.layout import JOURNAL_NAME, LakeLayout, compact_time
+from spanner_cdc.lake.publish import clear_journal, clear_staging, publish, read_journal, remove_orphans
+from spanner_cdc.lineage.rules import inclusive_end
+from spanner_cdc.names import short_token
+from spanner_cdc.spark.spec import TokenJobSpec, lake_writer
+from spanner_cdc.spark.token_job import run_token_job
+from spanner_cdc.store.models import Claim, LeaseLost
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spanner_cdc.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+LEASE_ENV = "SPANNER_CDC_LEASE_S"
+DEFAULT_LEASE_S = 300.0
+# "lock" (default): a run's claims are also tied to its life (store.liveness), so a re-run takes a dead
+# run's tokens over at once; "lease": only the lease frees them (behind a pooler that does not keep
+# sessions, such as PgBouncer in transaction mode, a session lock says nothing about a run).
+LIVENESS_ENV = "SPANNER_CDC_LIVENESS"
+LIVENESS_MODES = ("lock", "lease")
+# How often a running extract checks that it still holds its liveness lock (it re-takes it after a
+# Postgres restart); the lease is renewed less often, every third of it.
+LIVENESS_CHECK_S = 2.0
+# "<point>[:<n>]": the n-th time the extract reaches <point>, it SIGKILLs its own process (crash tests).
+FAILPOINT_ENV = "SPANNER_CDC_FAILPOINT"
+FAILPOINTS = ("after_job", "after_publish", "after_commit")
+_failpoint_hits: dict[str, int] = {}
+_failpoint_lock = threading.Lock()
+
+
+def failpoint(point: str) -> None:
+    """Die like a crash (no cleanup, no finally blocks) at a named point, when the environment asks for it."""
+    spec = os.environ.get(FAILPOINT_ENV)
+    if not spec:
+        return
+    target, _, nth = spec.partition(":")
+    if target != point:
+        return
+    with _failpoint_lock:
+        _failpoint_hits[point] = hit = _failpoint_hits.get(point, 0) + 1
+    if hit == int(nth or 1):
+        log.warning("failpoint %s reached (hit %d): killing the process", point, hit)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def lease_duration() -> timedelta:
+    """How long a claim holds a token without renewal (renewed every third of it while the job runs).
+
+    The fallback: a dead run's RUNNING tokens are claimable at once through its liveness lock; the lease
+    frees SCHEDULED tokens and, with SPANNER_CDC_LIVENESS=lease, every claim. `SPANNER_CDC_LEASE_S` shortens it.
+    """
+    raw = os.environ.get(LEASE_ENV)
+    try:
+        seconds = float(raw) if raw else DEFAULT_LEASE_S
+    except ValueError:
+        from spanner_cdc.errors import ConfigError
+
+        raise ConfigError(LEASE_ENV, raw, "a number of seconds >= 1") from None
+    return timedelta(seconds=max(1.0, seconds))
+
+
+def liveness_enabled() -> bool:
+    """Whether claims are tied to the life of the run (SPANNER_CDC_LIVENESS=lock, the default) or to the lease only."""
+    raw = os.environ.get(LIVENESS_ENV) or LIVENESS_MODES[0]
+    if raw not in LIVENESS_MODES:
+        from spanner_cdc.errors import ConfigError
+
+        raise ConfigError(LIVENESS_ENV, raw, " or ".join(LIVENESS_MODES))
+    return raw == "lock"
+
+
+@dataclass(frozen=True)
+class TokenResult:
+    """What one token's extract landed; `records` counts lake rows (one per mod)."""
+
+    token: str
+    records: int
+    files: int
+    finished: bool
+    watermark: datetime
+    promoted_children: list[str] = field(default_factory=list)
+    data_change_records: int = 0
+    read_from: datetime | None = None
+    read_to: datetime | None = None
+    elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ExtractJob:
+    """What every token of one extract call shares."""
+
+    store: MetadataStore
+    spark: SparkSession
+    layout: LakeLayout
+    lineage_id: int
+    stream: str
+    window_start: datetime
+    window_end: datetime
+    read_method: str
+    connection: dict[str, Any]  # project, instance, database, emulator_host, dialect, heartbeat_ms
+    writer: str = field(default_factory=lake_writer)
+
+
+class LeaseKeeper:
+    """Renews the leases of running claims, and checks the run's liveness lock, from one background thread."""
+
+    def __init__(self, store: MetadataStore, lease: timedelta) -> None:
+        self.store = store
+        self.lease = lease
+        self._claims: dict[str, Claim] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def hold(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims[claim.token] = claim
+
+    def release(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims.pop(claim.token, None)
+
+    def _run(self) -> None:
+        interval = self.lease.total_seconds() / 3
+        renewed = time.monotonic()
+        while not self._stop.wait(min(interval, LIVENESS_CHECK_S)):
+            try:
+                self.store.keep_alive()
+            except Exception as exc:  # the store is down: try again next round
+                log.warning("checking the run's liveness lock failed: %s", exc)
+            if time.monotonic() - renewed < interval:
+                continue
+            renewed = time.monotonic()
+            with self._lock:
+                claims = list(self._claims.values())
+            for claim in claims:
+                try:
+                    self.store.renew(claim, self.lease)
+                except LeaseLost as exc:
+                    log.warning("%s: lease lost while extracting: %s", short_token(claim.token), exc)
+                    self.release(claim)
+                except Exception as exc:  # a store hiccup: try again next round, the lease has slack
+                    log.warning("%s: renewing the lease failed: %s", short_token(claim.token), exc)
+
+
+def _clear_old_attempts(job: ExtractJob, token: str) -> None:
+    """Staging left by earlier (crashed) attempts of this token; the journal stays for remove_orphans."""
+    staging = job.layout.token_staging(token)
+    if not staging.exists():
+        return
+    for entry in staging.iterdir():
+        if entry.name != JOURNAL_NAME and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _remove_orphans(job: ExtractJob, token: str) -> None:
+    """Files a crashed attempt published but never committed: delete them (committed ones stay)."""
+    journal = read_journal(job.layout, token)
+    if journal is None:
+        return
+    committed = {
+        f.path
+        for f in job.store.manifest(
+            job.lineage_id,
+            window_start=datetime.fromisoformat(journal["window_start"]),
+            window_end=datetime.fromisoformat(journal["window_end"]),
+        )
+    }
+    remove_orphans(job.layout, token, committed)
+
+
+def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
+    """Read the claimed token over [read_from, E - 1 µs], land it, and commit it (or record the failure)."""
+    started = time.monotonic()
+    token = claim.token
+    read_from, read_to = claim.read_from, inclusive_end(job.window_end)
+    if read_from > read_to:  # nothing left in this window (claim filters these out; kept for safety)
+        promoted = job.store.complete(claim, watermark=read_to, finished=False)
+        return TokenResult(token, 0, 0, False, read_to, promoted, 0, read_from, read_to)
+    try:
+        _remove_orphans(job, token)
+        _clear_old_attempts(job, token)
+        attempt_dir = job.layout.token_staging(token) / (
+            f"{compact_time(read_from)}-{compact_time(read_to)}-a{claim.attempt}-{uuid.uuid4().hex[:8]}"
+        )
+        spec = TokenJobSpec(
+            stream=job.stream,
+            token=token,
+            read_from=read_from,
+            read_to=read_to,
+            window_start=job.window_start,
+            window_end=job.window_end,
+            read_method=job.read_method,
+            attempt_dir=str(attempt_dir),
+            writer=job.writer,
+            **job.connection,
+        )
+        log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, short_token(token), read_from.isoformat(), read_to.isoformat(), claim.attempt)
+        summary = run_token_job(job.spark, spec)
+        failpoint("after_job")
+        files = publish(
+            spec.data_dir,
+            job.layout,
+            lineage_id=job.lineage_id,
+            token=token,
+            range_start=read_from,
+            range_end=read_to,
+            window_start=job.window_start,
+            window_end=job.window_end,
+        )
+        landed = sum(f.rows for f in files)
+        if landed != summary.rows:
+            raise ExtractError(
+                f"{job.stream} {short_token(token)}: the job read {summary.rows} rows but {landed} were staged; not committing"
+            )
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        _fail(job, claim, exc)
+        raise
+    failpoint("after_publish")
+    try:
+        promoted = job.store.complete(
+            claim,
+            watermark=summary.watermark,
+            finished=summary.finished,
+            children=summary.children,
+            files=files,
+            records=summary.rows,
+            window_start=job.window_start,
+            window_end=job.window_end,
+        )
+    except LeaseLost:
+        raise  # another worker owns the token now; what this one published has the same names as its files
+    except Exception as exc:
+        _fail(job, claim, exc)  # the files stay journaled: the retry removes or replaces them
+        raise
+    failpoint("after_commit")
+    clear_journal(job.layout, token)
+    clear_staging(attempt_dir)
+    elapsed = time.monotonic() - started
+    log.info(
+        "%s %s: landed %d rows in %d files in %.1fs (executor %.1fs, %.1fs CPU); watermark %s%s",
+        job.stream, short_token(token), summary.rows, len(files), elapsed, summary.elapsed_s, summary.cpu_s,
+        summary.watermark.isoformat(), f", finished, children ready: {len(promoted)}" if summary.finished else "",
+    )  # fmt: skip
+    return TokenResult(
+        token=token,
+        records=summary.rows,
+        files=len(files),
+        finished=summary.finished,
+        watermark=summary.watermark,
+        promoted_children=list(promoted),
+        data_change_records=summary.data_records,
+        read_from=read_from,
+        read_to=read_to,
+        elapsed_s=elapsed,
+    )
+
+
+def _fail(job: ExtractJob, claim: Claim, exc: BaseException) -> None:
+    log.error("%s %s: extract failed: %s", job.stream, short_token(claim.token), exc)
+    try:
+        job.store.fail(claim, f"{type(exc).__name__}: {exc}")
+    except SpannerCdcError as store_exc:  # LeaseLost or store down: the lease expiry releases it anyway
+        log.warning("%s %s: could not record the failure: %s", job.stream, short_token(claim.token), store_exc)
+
+
+def extract_claims(
+    job: ExtractJob,
+    claims: Sequence[Claim],
+    *,
+    concurrency: int,
+    lease: timedelta,
+    on_start: Callable[[Claim], None] | None = None,
+    on_done: Callable[[Claim, TokenResult | None], None] | None = None,
+) -> list[TokenResult]:
+    """Run the claims' jobs `concurrency` at a time; every token is committed or failed on its own.
+
+    Raises after all have run if any failed: the project's error of the first failure (e.g. a
+    RetentionError) or an ExtractError naming how many failed.
+    """
+    results: list[TokenResult] = []
+    errors: list[tuple[Claim, BaseException]] = []
+
+    def run(claim: Claim) -> None:
+        if on_start:
+            on_start(claim)
+        keeper.hold(claim)
+        result: TokenResult | None = None
+        try:
+            result = extract_claim(job, claim)
+            results.append(result)
+        except BaseException as exc:
+            errors.append((claim, exc))
+        finally:
+            keeper.release(claim)
+            if on_done:
+                on_done(claim, result)
+
+    with LeaseKeeper(job.store, lease) as keeper, ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        for future in [pool.submit(run, claim) for claim in claims]:
+            future.result()
+    if errors:
+        claim, first = errors[0]
+        if len(errors) == 1 and isinstance(first, SpannerCdcError):
+            raise first
+        raise ExtractError(
+            f"{job.stream}: {len(errors)} of {len(claims)} tokens failed (committed: {len(results)}); "
+            f"first: {short_token(claim.token)}: {first}; the failed tokens are READY again for a retry"
+        ) from first
+    order = {claim.token: i for i, claim in enumerate(claims)}
+    return sorted(results, key=lambda r: order[r.token])

@@ -1,0 +1,461 @@
+"""The extract pipeline of one window: plan (retention guard, bootstrap), waves of token jobs, close (check + marker)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spanner_cdc.errors import ConfigError, ExtractError, UsageError
+from spanner_cdc.extract.planning import check_retention, effective_start, root_partitions
+from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims, lease_duration, liveness_enabled
+from spanner_cdc.lake.layout import LakeLayout, check_output_root
+from spanner_cdc.lake.markers import write_marker
+from spanner_cdc.lineage.rules import inclusive_end, read_from
+from spanner_cdc.names import LIVE_READ_METHOD, READ_METHODS, short_token
+
+if TYPE_CHECKING:
+    from spanner_cdc.settings import Settings
+    from spanner_cdc.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "TokenResult",
+    "TokenTask",
+    "WindowPlan",
+    "WindowSummary",
+    "Progress",
+    "close_window",
+    "extract_tokens",
+    "plan_window",
+    "ready_tasks",
+    "run_window",
+]
+
+# How often a run whose remaining tokens are all held by another run looks again: a dead holder's
+# tokens come back at the next look (liveness), a live holder's when it lands them.
+HELD_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class TokenTask:
+    """A READY token and the range this window reads of it: [read_from, read_to] (inclusive)."""
+
+    token: str
+    read_from: datetime
+    read_to: datetime
+
+    @property
+    def label(self) -> str:
+        short = self.token if len(self.token) <= 10 else "…" + self.token[-10:]
+        return f"{short} {self.read_from:%H:%M:%S}–{self.read_to:%H:%M:%S}"
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    stream: str
+    namespace: str
+    lineage_id: int
+    window_start: datetime
+    window_end: datetime
+    ready: list[TokenTask]
+    effective_start: datetime
+
+
+@dataclass
+class WindowSummary:
+    """The outcome of a window; `records` counts lake rows (one per mod), `tokens` the partitions alive in it."""
+
+    stream: str
+    namespace: str
+    window_start: datetime
+    window_end: datetime
+    complete: bool
+    tokens: int
+    records: int
+    files: int
+    transaction_check: dict[str, Any]
+    pending: list[str]
+    marker_path: str | None
+    elapsed_s: float
+    waves: int = 0
+    extracted_tokens: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["window_start"] = self.window_start.isoformat()
+        data["window_end"] = self.window_end.isoformat()
+        data["elapsed_s"] = round(self.elapsed_s, 3)
+        return data
+
+
+@dataclass
+class Progress:
+    """Counts for a progress display: tokens done / running / waiting, rows landed, current wave."""
+
+    wave: int = 0
+    done: int = 0
+    running: int = 0
+    waiting: int = 0
+    records: int = 0
+    failed: int = 0
+    tokens: list[str] = field(default_factory=list)
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def _utc(value: datetime, name: str) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise UsageError(f"{name} {value.isoformat()} has no time zone: give it with Z or an offset")
+    return value.astimezone(UTC)
+
+
+def _window(window_start: datetime, window_end: datetime) -> tuple[datetime, datetime]:
+    start, end = _utc(window_start, "--window-start"), _utc(window_end, "--window-end")
+    if end <= start:
+        raise UsageError(f"--window-end {end.isoformat()} must be after --window-start {start.isoformat()}")
+    return start, end
+
+
+def _stream(settings: Settings) -> str:
+    if not settings.stream:
+        raise UsageError("no change stream given: pass --stream or set SPANNER_CDC_STREAM")
+    return settings.stream
+
+
+def _read_method(read_method: str) -> str:
+    if read_method not in READ_METHODS:
+        raise ConfigError("read_method", read_method, "one of " + ", ".join(READ_METHODS))
+    return read_method
+
+
+def layout_of(settings: Settings) -> LakeLayout:
+    return LakeLayout(settings.output_root, _stream(settings), settings.namespace)
+
+
+@contextmanager
+def _store(settings: Settings) -> Iterator[MetadataStore]:
+    from spanner_cdc.store import open_store
+
+    store = open_store(settings)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _tasks(store: MetadataStore, lineage_id: int, window_end: datetime) -> list[TokenTask]:
+    last = inclusive_end(window_end)
+    return [TokenTask(row.token, row.read_from, last) for row in store.ready_tokens(lineage_id, window_end)]
+
+
+def plan_window(
+    settings: Settings, window_start: datetime, window_end: datetime, *, read_method: str = LIVE_READ_METHOD
+) -> WindowPlan:
+    """Check retention, bootstrap the lineage if new, release dead workers' leases, list the ready tokens."""
+    from spanner_cdc.source.client import detect_dialect, open_database, stream_metadata
+
+    start, end = _window(window_start, window_end)
+    stream, _ = _stream(settings), _read_method(read_method)
+    check_output_root(settings.output_root)
+    database = open_database(settings)
+    dialect = detect_dialect(database, settings.dialect)
+    meta = stream_metadata(database, stream, dialect)
+    effective = effective_start(stream, meta.created_at, start, end)
+    with _store(settings) as store:
+        lineage = store.ensure_lineage(stream, settings.namespace, database=database.name)
+        partitions = store.partitions(lineage.id)
+        if not partitions or not store.window_status(lineage.id, start, end).complete:
+            check_retention(stream, effective, meta.retention, settings.namespace)
+            root_start, roots = root_partitions(
+                database, stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, at=effective,
+                retention=meta.retention, namespace=settings.namespace,
+            )  # fmt: skip
+            if not partitions:
+                created = store.bootstrap(lineage.id, root_start, roots)
+                log.info("%s: lineage %s bootstrapped with %d root partitions at %s", stream, lineage.name, created, root_start.isoformat())
+            elif min(p.start for p in partitions) > inclusive_end(end):
+                raise UsageError(
+                    f"window [{start.isoformat()}, {end.isoformat()}) ends before lineage {lineage.name} begins "
+                    f"({min(p.start for p in partitions).isoformat()}): extract it into a new --namespace (a backfill)"
+                )
+        store.expire_leases(lineage.id)
+        store.open_window(lineage.id, start, end)
+        ready = _tasks(store, lineage.id, end)
+    return WindowPlan(stream, settings.namespace, lineage.id, start, end, ready, effective)
+
+
+def ready_tasks(settings: Settings, window_start: datetime, window_end: datetime) -> list[TokenTask]:
+    """The next wave: tokens READY now (children promoted by the last wave, tokens of dead workers)."""
+    start, end = _window(window_start, window_end)
+    with _store(settings) as store:
+        lineage = store.get_lineage(_stream(settings), settings.namespace)
+        store.expire_leases(lineage.id)
+        return _tasks(store, lineage.id, end)
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def extract_tokens(
+    settings: Settings,
+    window_start: datetime,
+    window_end: datetime,
+    tokens: Sequence[str],
+    *,
+    read_method: str = LIVE_READ_METHOD,
+    owner: str | None = None,
+    progress: ProgressCallback | None = None,
+) -> list[TokenResult]:
+    """Claim exactly these tokens, run their Spark jobs (at most settings.concurrency at once), publish, commit.
+
+    Tokens that cannot be claimed (finished, read to the window end, or leased by a live worker) are skipped.
+    """
+    from spanner_cdc.source.client import detect_dialect, open_database
+    from spanner_cdc.spark.session import spark_session
+
+    start, end = _window(window_start, window_end)
+    stream, method = _stream(settings), _read_method(read_method)
+    if not tokens:
+        return []
+    lease, liveness = lease_duration(), liveness_enabled()
+    # Spark and the dialect first: a JVM start must not eat into the leases of claimed tokens
+    dialect = detect_dialect(open_database(settings), settings.dialect)
+    spark = spark_session(settings)
+    with _store(settings) as store:
+        lineage = store.get_lineage(stream, settings.namespace)
+        claims = store.claim(
+            lineage.id, window_end=end, owner=owner or _owner(), lease=lease, tokens=list(tokens), liveness=liveness
+        )
+        skipped = sorted(set(tokens) - {c.token for c in claims})
+        if skipped:
+            log.info("%s: %d token(s) not claimable (done, or leased by another worker): %s", stream, len(skipped), ", ".join(short_token(t) for t in skipped))
+        if not claims:
+            return []
+        job = ExtractJob(
+            store=store,
+            spark=spark,
+            layout=layout_of(settings),
+            lineage_id=lineage.id,
+            stream=stream,
+            window_start=start,
+            window_end=end,
+            read_method=method,
+            connection={
+                "project": settings.project,
+                "instance": settings.instance,
+                "database": settings.database,
+                "emulator_host": settings.emulator_host,
+                "dialect": dialect,
+                "heartbeat_ms": settings.heartbeat_ms,
+            },
+        )
+        state = Progress(waiting=len(claims), tokens=[c.token for c in claims])
+
+        def on_start(claim: Any) -> None:
+            state.waiting -= 1
+            state.running += 1
+            if progress:
+                progress(state)
+
+        def on_done(claim: Any, result: TokenResult | None) -> None:
+            state.running -= 1
+            if result is None:
+                state.failed += 1
+            else:
+                state.done += 1
+                state.records += result.records
+            if progress:
+                progress(state)
+
+        return extract_claims(job, claims, concurrency=settings.concurrency, lease=lease, on_start=on_start, on_done=on_done)
+
+
+def close_window(settings: Settings, window_start: datetime, window_end: datetime) -> WindowSummary:
+    """If every partition is done with the window: check transactions, write the marker, mark it complete."""
+    started = time.monotonic()
+    start, end = _window(window_start, window_end)
+    stream = _stream(settings)
+    with _store(settings) as store:
+        lineage = store.get_lineage(stream, settings.namespace)
+        # one closer at a time per window: a second run of the window waits here, then finds it closed
+        with store.window_lock(lineage.id, start, end):
+            summary = _close_locked(settings, store, lineage.id, start, end)
+    summary.elapsed_s = time.monotonic() - started
+    return summary
+
+
+def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, start: datetime, end: datetime) -> WindowSummary:
+    """close_window's body, under the window's lock: the check, the marker and the COMPLETE row."""
+    stream, layout = _stream(settings), layout_of(settings)
+    status = store.window_status(lineage_id, start, end)
+    files = store.manifest(lineage_id, window_start=start, window_end=end)
+    summary = WindowSummary(
+        stream=stream,
+        namespace=settings.namespace,
+        window_start=start,
+        window_end=end,
+        complete=False,
+        tokens=status.partitions,
+        records=sum(f.rows for f in files),
+        files=len(files),
+        transaction_check={},
+        pending=sorted(token for tokens in status.pending.values() for token in tokens),
+        marker_path=None,
+        elapsed_s=0.0,
+    )
+    if not status.complete:
+        log.info("%s: window [%s, %s) not complete: %d token(s) pending", stream, start.isoformat(), end.isoformat(), len(summary.pending))
+        return summary
+    row = next((w for w in store.windows(lineage_id) if (w.start, w.end) == (start, end)), None) if status.closed else None
+    if row is not None and row.marker_path and Path(row.marker_path).exists():
+        # closed before (a re-run, or another run of the window that closed it first): nothing can land
+        # in it any more, so its check and marker stand
+        summary.complete, summary.marker_path = True, row.marker_path
+        summary.transaction_check = dict(row.transaction_check or {})
+        return summary
+    # A token that fell behind lands older commits with a later window's files: check the window's
+    # transactions in every file whose range overlaps it, whatever window extracted it.
+    overlapping = [
+        f.path for f in store.manifest(lineage_id) if f.range_start <= inclusive_end(end) and f.range_end >= start
+    ]
+    from spanner_cdc.spark.check import transaction_check
+    from spanner_cdc.spark.session import spark_session
+
+    # counted by Spark where the files are: the driver's memory stays flat in the window's size
+    check = transaction_check(spark_session(settings), overlapping, window_start=start, window_end=end)
+    summary.transaction_check = check
+    if not check["ok"]:
+        raise ExtractError(
+            f"{stream}: window [{start.isoformat()}, {end.isoformat()}) failed the transaction check "
+            f"({check['mismatched']} of {check['transactions']} transactions with a record count other than "
+            f"number_of_records_in_transaction, {check['duplicate_rows']} duplicate rows; e.g. {check['examples'][:3]}); "
+            "the window is not marked complete"
+        )
+    marker = write_marker(layout, lineage_id=lineage_id, window_start=start, window_end=end, files=files, check=check)
+    store.close_window(
+        lineage_id, start, end, records=summary.records, files=summary.files, transaction_check=check, marker_path=str(marker)
+    )
+    summary.complete, summary.marker_path = True, str(marker)
+    log.info(
+        "%s: window [%s, %s) complete: %d rows in %d files, %d transactions checked",
+        stream, start.isoformat(), end.isoformat(), summary.records, summary.files, check["transactions"],
+    )  # fmt: skip
+    return summary
+
+
+def _held_elsewhere(store: MetadataStore, lineage_id: int, end: datetime) -> list[str]:
+    """Tokens another run (or a planned task) holds that still have part of the window to read."""
+    last = inclusive_end(end)
+    return [
+        p.token
+        for p in store.partitions(lineage_id)
+        if p.state in ("RUNNING", "SCHEDULED") and read_from(p.watermark, p.start) <= last
+    ]
+
+
+def _wait_for_held_tokens(settings: Settings, end: datetime) -> list[TokenTask]:
+    """Nothing is ready, but tokens of the window are held elsewhere: look again every HELD_POLL_S until some
+    are READY (their run died or their lease passed, or their children were promoted), or none is held."""
+    interval = min(HELD_POLL_S, lease_duration().total_seconds() / 4)
+    with _store(settings) as store:
+        lineage = store.get_lineage(_stream(settings), settings.namespace)
+        announced: set[str] = set()
+        while True:
+            store.expire_leases(lineage.id)
+            ready = _tasks(store, lineage.id, end)
+            held = _held_elsewhere(store, lineage.id, end)
+            if ready or not held:
+                return ready
+            if not announced.issuperset(held):
+                log.info("%s: waiting for %d token(s) held by another run: %s", settings.stream, len(held), ", ".join(short_token(t) for t in held))
+                announced.update(held)
+            time.sleep(interval)  # polling the store: the tokens are another process's to land or drop
+
+
+def run_window(
+    settings: Settings,
+    window_start: datetime,
+    window_end: datetime,
+    *,
+    read_method: str = LIVE_READ_METHOD,
+    max_waves: int = 20,
+    progress: ProgressCallback | None = None,
+) -> WindowSummary:
+    """Plan, then waves of ready tokens (children born in the window join later waves), then close."""
+    started = time.monotonic()
+    lease_duration(), liveness_enabled()  # a bad setting stops the run before it changes anything
+    plan = plan_window(settings, window_start, window_end, read_method=read_method)
+    start, end = plan.window_start, plan.window_end
+    tasks, waves, extracted, records = plan.ready, 0, 0, 0
+    owner = _owner()
+    while waves < max_waves:
+        if not tasks:
+            # waiting for another run spends no wave: only extracting does
+            tasks = _wait_for_held_tokens(settings, end)
+            if not tasks:
+                break
+            continue
+        waves += 1
+        base = records
+
+        def wave_progress(state: Progress, wave: int = waves, base: int = base, done: int = extracted) -> None:
+            if progress:
+                progress(Progress(wave, done + state.done, state.running, state.waiting, base + state.records, state.failed))
+
+        results = extract_tokens(
+            settings, start, end, [t.token for t in tasks], read_method=read_method, owner=owner, progress=wave_progress
+        )
+        extracted += len(results)
+        records += sum(r.records for r in results)
+        if not results:
+            # another run claimed them first: not a wave of ours; wait for what it holds instead
+            waves -= 1
+            tasks = []
+            continue
+        tasks = ready_tasks(settings, start, end)
+    summary = close_window(settings, start, end)
+    summary.waves, summary.extracted_tokens = waves, extracted
+    summary.elapsed_s = time.monotonic() - started
+    return summary
+
+
+def catch_up(
+    settings: Settings, before: datetime, *, read_method: str = LIVE_READ_METHOD, max_waves: int = 20
+) -> list[WindowSummary]:
+    """Finish, oldest first, the windows of this lineage that end at or before `before` and were left open.
+
+    A token carried over from an open window must be read up to *that* window's end before a later
+    window reads it further; otherwise its older commits would land with the later window.
+    """
+    from spanner_cdc.errors import NotFound
+
+    before = _utc(before, "window start")
+    with _store(settings) as store:
+        try:
+            lineage = store.get_lineage(_stream(settings), settings.namespace)
+        except NotFound:
+            return []  # a new lineage: nothing was left open
+        left_open = sorted((w.start, w.end) for w in store.windows(lineage.id) if w.state != "COMPLETE" and w.end <= before)
+    summaries = []
+    for start, end in left_open:
+        log.info("%s: window [%s, %s) was left open by an earlier run: finishing it first", settings.stream, start, end)
+        summary = run_window(settings, start, end, read_method=read_method, max_waves=max_waves)
+        if not summary.complete:
+            raise ExtractError(
+                f"{settings.stream}: the earlier window [{start.isoformat()}, {end.isoformat()}) is still not complete "
+                f"({len(summary.pending)} tokens pending); run again to continue it before later windows"
+            )
+        summaries.append(summary)
+    return summaries

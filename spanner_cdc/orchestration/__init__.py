@@ -1,0 +1,1 @@
+"""What the DAG files call: task bodies, Airflow connections -> Settings; imported lazily, inside tasks."""

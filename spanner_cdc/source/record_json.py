@@ -1,0 +1,71 @@
+"""A change record as a JSON-able dict: `kind`, `partition_token` and the spec's field names."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord, dispatch
+
+
+def rfc3339(value: datetime) -> str:
+    """UTC, always six fractional digits, `Z`: 2022-09-27T12:30:00.123456Z."""
+    utc = value.astimezone(UTC) if value.utcoffset() else value
+    return (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
+        f".{utc.microsecond:06d}Z"
+    )
+
+
+def record_to_json(record: ChangeRecord, token: str | None) -> dict[str, Any]:
+    """Pure: the record read from partition `token` (None for the first, root query)."""
+    return dispatch(record, _JsonForm(token))
+
+
+class _JsonForm:
+    """The JSON form of each record kind, with the partition it was read from."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    def data_change(self, record: DataChangeRecord) -> dict[str, Any]:
+        return {
+            "kind": "data_change",
+            "partition_token": self.token,
+            "commit_timestamp": rfc3339(record.commit_timestamp),
+            "record_sequence": record.record_sequence,
+            "server_transaction_id": record.server_transaction_id,
+            "is_last_record_in_transaction_in_partition": record.is_last_record_in_transaction_in_partition,
+            "table_name": record.table_name,
+            "column_types": [
+                {
+                    "name": c.name,
+                    "type": c.type,
+                    "is_primary_key": c.is_primary_key,
+                    "ordinal_position": c.ordinal_position,
+                }
+                for c in record.column_types
+            ],
+            "mods": [{"keys": m.keys, "new_values": m.new_values, "old_values": m.old_values} for m in record.mods],
+            "mod_type": record.mod_type,
+            "value_capture_type": record.value_capture_type,
+            "number_of_records_in_transaction": record.number_of_records_in_transaction,
+            "number_of_partitions_in_transaction": record.number_of_partitions_in_transaction,
+            "transaction_tag": record.transaction_tag,
+            "is_system_transaction": record.is_system_transaction,
+        }
+
+    def heartbeat(self, record: HeartbeatRecord) -> dict[str, Any]:
+        return {"kind": "heartbeat", "partition_token": self.token, "timestamp": rfc3339(record.timestamp)}
+
+    def child_partitions(self, record: ChildPartitionsRecord) -> dict[str, Any]:
+        return {
+            "kind": "child_partitions",
+            "partition_token": self.token,
+            "start_timestamp": rfc3339(record.start_timestamp),
+            "record_sequence": record.record_sequence,
+            "child_partitions": [
+                {"token": c.token, "parent_partition_tokens": list(c.parent_partition_tokens)}
+                for c in record.child_partitions
+            ],
+        }

@@ -1,0 +1,174 @@
+"""The configured streams: `[streams.<name>]` tables of the TOML file, validated into StreamConfig objects."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.errors import ConfigError
+from spanner_cdc.names import IDENTIFIER, hourly_dag_id
+from spanner_cdc.settings import DIALECTS, Settings
+
+CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+DATETIME_HINT = "an ISO 8601 date-time such as 2024-01-01T00:00:00Z (no zone means UTC)"
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """One configured change stream; None means 'use the global setting' (env, connection, config file)."""
+
+    name: str
+    change_stream: str
+    start_date: dt.datetime
+    schedule: str = "@hourly"
+    catchup: bool = True
+    waves: int = 3
+    project: str | None = None
+    instance: str | None = None
+    database: str | None = None
+    dialect: str | None = None
+    heartbeat_ms: int | None = None
+    output_root: Path | None = None
+    concurrency: int | None = None
+
+    @property
+    def dag_id(self) -> str:
+        return hourly_dag_id(self.name)
+
+    def settings(self, base: Settings) -> Settings:
+        """`base` with this stream's values on top: per-stream values win over the global ones."""
+        overrides: dict[str, Any] = {"stream": self.change_stream}
+        for name in ("project", "instance", "database", "dialect", "heartbeat_ms", "output_root", "concurrency"):
+            value = getattr(self, name)
+            if value is not None:
+                overrides[name] = value
+        return dataclasses.replace(base, **overrides)
+
+
+def _label(stream: str, key: str) -> str:
+    return f"streams.{stream}.{key}"
+
+
+def _identifier(label: str, value: Any) -> str:
+    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value):
+        raise ConfigError(label, value, "an identifier: a letter or _, then letters, digits or _")
+    return value
+
+
+def _text(label: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(label, value, "a non-empty string")
+    return value.strip()
+
+
+def _int_between(low: int, high: int) -> Any:
+    def parse(label: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(label, value, f"an integer in [{low}, {high}]")
+        return value
+
+    return parse
+
+
+def _dialect(label: str, value: Any) -> str:
+    for choice in DIALECTS:
+        if isinstance(value, str) and value.upper() == choice.upper():
+            return choice
+    raise ConfigError(label, value, "one of " + ", ".join(DIALECTS))
+
+
+def _path(label: str, value: Any) -> Path:
+    return Path(_text(label, value)).expanduser()
+
+
+def _bool(label: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(label, value, "true or false")
+    return value
+
+
+def parse_datetime(label: str, value: Any) -> dt.datetime:
+    """A TOML date / date-time or an ISO 8601 string, as an aware UTC datetime."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise ConfigError(label, value, DATETIME_HINT) from None
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
+    if not isinstance(value, dt.datetime):
+        raise ConfigError(label, value, DATETIME_HINT)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
+
+
+def _schedule(label: str, value: Any) -> str:
+    text = _text(label, value)
+    if text in CRON_PRESETS:
+        return text
+    from croniter import croniter
+
+    if len(text.split()) != 5 or not croniter.is_valid(text):
+        raise ConfigError(label, value, "a 5-field cron expression or one of " + ", ".join(CRON_PRESETS))
+    return text
+
+
+PARSERS: dict[str, Any] = {
+    "change_stream": _identifier,
+    "start_date": parse_datetime,
+    "schedule": _schedule,
+    "catchup": _bool,
+    "waves": _int_between(1, 10),
+    "project": _text,
+    "instance": _text,
+    "database": _text,
+    "dialect": _dialect,
+    "heartbeat_ms": _int_between(1000, 300_000),
+    "output_root": _path,
+    "concurrency": _int_between(1, 256),
+}
+ACCEPTED_KEYS = ("name", *PARSERS)
+
+
+def parse_stream(key: str, table: Any) -> StreamConfig:
+    """Validate one `[streams.<key>]` table."""
+    name = _identifier(f"streams.{key}", key)
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"streams.{key}", table, "a TOML table [streams.<name>]")
+    values: dict[str, Any] = {}
+    for field, value in table.items():
+        if field == "name":
+            if value != key:
+                raise ConfigError(_label(key, "name"), value, f"the table's own name {key!r} (or leave it out)")
+            continue
+        if field not in PARSERS:
+            raise ConfigError(_label(key, field), value, "one of the keys " + ", ".join(ACCEPTED_KEYS))
+        values[field] = PARSERS[field](_label(key, field), value)
+    if "start_date" not in values:
+        raise ConfigError(_label(key, "start_date"), None, DATETIME_HINT)
+    values.setdefault("change_stream", name)
+    return StreamConfig(name=name, **values)
+
+
+def load_streams(settings: Settings) -> dict[str, StreamConfig]:
+    """Every configured stream by name, in name order.
+
+    Lineage and the lake are keyed by the change stream's name, so two tables naming the same change
+    stream would share (and corrupt) one lineage: refused.
+    """
+    streams = {key: parse_stream(key, table) for key, table in sorted(settings.streams.items())}
+    seen: dict[str, str] = {}
+    for config in streams.values():
+        if config.change_stream in seen:
+            raise ConfigError(
+                _label(config.name, "change_stream"),
+                config.change_stream,
+                f"a change stream name not already used by [streams.{seen[config.change_stream]}]",
+            )
+        seen[config.change_stream] = config.name
+    return streams

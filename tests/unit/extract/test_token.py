@@ -1,0 +1,108 @@
+"""The token job's pure parts: data source options, record -> batch + control summary, staged files, control file."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from spanner_cdc.errors import ConfigError
+from spanner_cdc.lake.publish import staged_files
+from spanner_cdc.lake.schema import LAKE_SCHEMA
+from spanner_cdc.spark import executor
+from spanner_cdc.spark.control import ControlSummary
+from spanner_cdc.spark.executor import TableFiles, envelope_batches
+from spanner_cdc.spark.spec import WRITER_ENV, TokenJobSpec, lake_writer
+from tests.unit.lake.records import T0, children, data_record, heartbeat
+
+E = T0 + timedelta(hours=1)
+LAST = E - timedelta(microseconds=1)
+
+
+def spec(tmp_path: Path, **changes) -> TokenJobSpec:  # type: ignore[no-untyped-def]
+    values = dict(
+        project="p", instance="i", database="d", emulator_host="127.0.0.1:9010", stream="cs",
+        dialect="GOOGLE_STANDARD_SQL", heartbeat_ms=1000, token="tok", read_from=T0, read_to=LAST,
+        window_start=T0, window_end=E, read_method="spanner-change-stream", attempt_dir=str(tmp_path / "a1"), max_rows=3,
+    )  # fmt: skip
+    values.update(changes)
+    return TokenJobSpec(**values)  # type: ignore[arg-type]
+
+
+def test_options_round_trip_as_strings(tmp_path: Path) -> None:
+    original = spec(tmp_path)
+    options = original.options()
+    assert all(isinstance(v, str) for v in options.values())
+    assert TokenJobSpec.from_options(options) == original
+    no_emulator = spec(tmp_path, emulator_host=None)
+    assert "emulator_host" not in no_emulator.options()
+    assert TokenJobSpec.from_options(no_emulator.options()) == no_emulator
+
+
+def test_batches_and_summary_of_a_partition_that_continues(tmp_path: Path) -> None:
+    records = [data_record(i, tx=f"t{i}", mods=2) for i in range(4)] + [heartbeat(100), heartbeat(200)]
+    summary = ControlSummary("tok", T0, LAST)
+    batches = list(envelope_batches(spec(tmp_path), records, summary))
+    assert [b.num_rows for b in batches] == [4, 4]  # bounded by max_rows=3: full after the 2nd record
+    assert (summary.data_records, summary.rows, summary.heartbeats) == (4, 8, 2)
+    assert summary.tables == {"Users": 8}
+    assert summary.last_timestamp == T0 + timedelta(microseconds=200)
+    assert not summary.finished and summary.watermark == LAST
+
+
+def test_children_finish_the_partition_at_their_start(tmp_path: Path) -> None:
+    records = [data_record(1), children(500, "tok", "c1", "c2")]
+    summary = ControlSummary("tok", T0, LAST)
+    assert sum(b.num_rows for b in envelope_batches(spec(tmp_path), records, summary)) == 1
+    assert summary.finished and summary.watermark == T0 + timedelta(microseconds=500)
+    assert [c.token for c in summary.children[0].child_partitions] == ["c1", "c2"]
+
+
+def test_no_data_yields_no_batch(tmp_path: Path) -> None:
+    summary = ControlSummary("tok", T0, LAST)
+    assert list(envelope_batches(spec(tmp_path), [heartbeat(5)], summary)) == []
+    assert summary.heartbeats == 1 and summary.rows == 0
+
+
+def test_control_file_round_trip(tmp_path: Path) -> None:
+    summary = ControlSummary("tok", T0, LAST)
+    for record in (data_record(1, mods=3), heartbeat(9), children(10, "tok", "c1")):
+        summary.observe(record, 3 if hasattr(record, "mods") else 0)
+    summary.resumes = 2
+    path = tmp_path / "x" / "control.json"
+    assert ControlSummary.read(path) is None
+    summary.write(path)
+    again = ControlSummary.read(path)
+    assert again == summary and again is not None and again.finished
+    summary.error_type, summary.error_message = "RetentionError", "gone"
+    summary.write(path)
+    assert ControlSummary.read(path).error_type == "RetentionError"  # type: ignore[union-attr]
+    assert [p.name for p in path.parent.iterdir()] == ["control.json"]
+
+
+def test_table_files_land_each_table_in_the_staging_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(executor, "ROW_GROUP_ROWS", 4)
+    records = [data_record(i, tx=f"t{i}", table="Users" if i % 3 else "Orders", mods=2) for i in range(9)]
+    files = TableFiles(tmp_path / "data", "abc")
+    for batch in envelope_batches(spec(tmp_path), records, ControlSummary("tok", T0, LAST)):
+        files.write(batch)
+    listing = files.close().to_pylist()
+    assert [(f["table"], f["rows"]) for f in listing] == [("Orders", 6), ("Users", 12)]
+    staged = staged_files(tmp_path / "data")
+    assert [(f.table, str(f.path)) for f in staged] == [(f["table"], f["path"]) for f in listing]
+    users = pq.ParquetFile(listing[1]["path"])
+    assert users.schema_arrow == LAKE_SCHEMA
+    assert users.metadata.num_row_groups >= 2  # flushed in row groups as rows came, not all at the end
+    assert [r["mod_index"] for r in users.read().to_pylist()][:4] == [0, 1, 0, 1]
+
+
+def test_lake_writer_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(WRITER_ENV, raising=False)
+    assert lake_writer() == "arrow"
+    monkeypatch.setenv(WRITER_ENV, "Spark")
+    assert lake_writer() == "spark"
+    monkeypatch.setenv(WRITER_ENV, "csv")
+    with pytest.raises(ConfigError, match="SPANNER_CDC_LAKE_WRITER"):
+        lake_writer()

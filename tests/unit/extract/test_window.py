@@ -1,0 +1,169 @@
+"""Pure parts of the extract pipeline: window and argument checks, plan rules, summaries, progress, leases."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import threading
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from spanner_cdc.cli.commands.extract import ProgressLine, describe, resolve_settings
+from spanner_cdc.errors import ConfigError, ExtractError, RetentionError, SourceError, UsageError
+from spanner_cdc.extract import token as extract
+from spanner_cdc.extract import window as pipeline
+from spanner_cdc.extract.planning import check_retention, effective_start, human
+from spanner_cdc.store.models import Claim
+
+S = datetime(2024, 5, 1, 10, tzinfo=UTC)
+E = S + timedelta(hours=1)
+
+
+def test_window_bounds_are_aware_ordered_and_utc() -> None:
+    plus_two = timezone(timedelta(hours=2))
+    assert pipeline._window(datetime(2024, 5, 1, 12, tzinfo=plus_two), E) == (S, E)
+    with pytest.raises(UsageError, match="has no time zone"):
+        pipeline._window(datetime(2024, 5, 1, 10), E)
+    with pytest.raises(UsageError, match="must be after --window-start"):
+        pipeline._window(E, S)
+    with pytest.raises(ConfigError, match="read_method"):
+        pipeline._read_method("dump")
+
+
+def test_token_task_label_shows_the_token_tail_and_range() -> None:
+    task = pipeline.TokenTask("A" * 30 + "tail123456", S, E - timedelta(microseconds=1))
+    assert task.label == "…tail123456 10:00:00–10:59:59"
+
+
+def test_summary_is_json() -> None:
+    summary = pipeline.WindowSummary("cs", "live", S, E, True, 3, 10, 2, {"ok": True}, [], "/m.json", 1.23456, 2, 4)
+    data = json.loads(json.dumps(summary.to_json()))
+    assert data["window_start"] == S.isoformat() and data["elapsed_s"] == 1.235 and data["waves"] == 2
+    assert "complete; 10 records in 2 files from 3 partitions (4 token jobs in 2 waves" in describe(summary)
+    pending = pipeline.WindowSummary("cs", "live", S, E, False, 3, 0, 0, {}, ["t1"], None, 0.0)
+    assert "NOT complete: 1 of 3 partitions pending" in describe(pending)
+
+
+def test_effective_start_and_retention() -> None:
+    assert effective_start("cs", None, S, E) == S
+    assert effective_start("cs", S - timedelta(days=1), S, E) == S
+    assert effective_start("cs", S + timedelta(minutes=5), S, E) == S + timedelta(minutes=5)
+    with pytest.raises(UsageError, match="ends before change stream cs was created"):
+        effective_start("cs", E, S, E)
+    check_retention("cs", S, timedelta(days=1), "live", now=S + timedelta(hours=23))
+    with pytest.raises(RetentionError, match=r"retention period \(7 days\).*oldest readable change is at about 2024-05-01T10:00:00"):
+        check_retention("cs", S - timedelta(days=1), timedelta(days=7), "live", now=S + timedelta(days=7))
+    assert (human(timedelta(hours=36)), human(timedelta(days=1)), human(timedelta(seconds=90))) == ("36 hours", "1 day", "90 seconds")
+
+
+def test_lease_duration_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(extract.LEASE_ENV, raising=False)
+    assert extract.lease_duration() == timedelta(seconds=extract.DEFAULT_LEASE_S)
+    monkeypatch.setenv(extract.LEASE_ENV, "2.5")
+    assert extract.lease_duration() == timedelta(seconds=2.5)
+    monkeypatch.setenv(extract.LEASE_ENV, "soon")
+    with pytest.raises(ConfigError, match="SPANNER_CDC_LEASE_S"):
+        extract.lease_duration()
+
+
+def test_progress_line_rewrites_one_line() -> None:
+    out = io.StringIO()
+    line = ProgressLine(out)
+    line(pipeline.Progress(wave=1, done=2, running=1, waiting=3, records=12345))
+    line(pipeline.Progress(wave=2, done=6, running=0, waiting=0, records=20000, failed=1))
+    line.finish()
+    text = out.getvalue()
+    assert text.count("\r") == 2 and text.endswith("\n")
+    assert "wave 1: tokens done 2, running 1, waiting 3; 12,345 records landed" in text
+    assert "failed 1; 20,000 records landed" in text
+
+
+def test_a_configured_stream_supplies_its_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "cdc.toml"
+    config.write_text('[streams.orders]\nchange_stream = "OrdersStream"\nstart_date = 2024-01-01\nconcurrency = 7\ndatabase = "shop"\n')
+    for key in list(os.environ):
+        if key.startswith("SPANNER_CDC_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("SPANNER_CDC_CONFIG", str(config))
+    args = argparse.Namespace(stream="orders", concurrency=None, database=None, namespace=None)
+    settings = resolve_settings(args)
+    assert (settings.stream, settings.concurrency, settings.database) == ("OrdersStream", 7, "shop")
+    flagged = resolve_settings(argparse.Namespace(stream="orders", concurrency=3, database=None, namespace="bf1"))
+    assert (flagged.concurrency, flagged.namespace) == (3, "bf1")  # flags still win
+    plain = resolve_settings(argparse.Namespace(stream="Direct", concurrency=None, database=None, namespace=None))
+    assert plain.stream == "Direct"
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.renewed: list[str] = []
+
+    def renew(self, claim: Claim, lease: timedelta) -> Claim:
+        self.renewed.append(claim.token)
+        return claim
+
+
+def claim(token: str) -> Claim:
+    return Claim(1, token, S, None, "me", 1, E)
+
+
+def test_failed_tokens_do_not_stop_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_extract(job: object, c: Claim) -> extract.TokenResult:
+        if c.token == "bad":
+            raise SourceError("boom")
+        return extract.TokenResult(c.token, 5, 1, False, E)
+
+    monkeypatch.setattr(extract, "extract_claim", fake_extract)
+    job = extract.ExtractJob(FakeStore(), None, None, 1, "cs", S, E, "spanner-change-stream", {})  # type: ignore[arg-type]
+    done: list[str] = []
+    results = extract.extract_claims(
+        job, [claim("a"), claim("b")], concurrency=2, lease=timedelta(seconds=60), on_done=lambda c, r: done.append(c.token)
+    )
+    assert [r.token for r in results] == ["a", "b"] and sorted(done) == ["a", "b"]
+    with pytest.raises(SourceError, match="boom"):
+        extract.extract_claims(job, [claim("bad"), claim("a")], concurrency=1, lease=timedelta(seconds=60))
+    with pytest.raises(ExtractError, match="2 of 3 tokens failed"):
+        extract.extract_claims(job, [claim("bad"), claim("a"), claim("bad")], concurrency=2, lease=timedelta(seconds=60))
+
+
+def test_failpoints_do_nothing_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(extract.FAILPOINT_ENV, raising=False)
+    extract.failpoint("after_publish")
+    monkeypatch.setenv(extract.FAILPOINT_ENV, "after_commit:3")
+    extract.failpoint("after_publish")  # another point: no effect
+    assert "after_publish" not in extract._failpoint_hits
+
+
+def test_liveness_mode_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(extract.LIVENESS_ENV, raising=False)
+    assert extract.liveness_enabled() is True
+    monkeypatch.setenv(extract.LIVENESS_ENV, "lease")
+    assert extract.liveness_enabled() is False
+    monkeypatch.setenv(extract.LIVENESS_ENV, "heartbeat")
+    with pytest.raises(ConfigError, match="invalid SPANNER_CDC_LIVENESS='heartbeat': expected lock or lease"):
+        extract.liveness_enabled()
+
+
+def test_lease_keeper_checks_the_liveness_lock_between_renewals(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Store:
+        def __init__(self) -> None:
+            self.checked = threading.Event()
+            self.renewed: list[object] = []
+
+        def keep_alive(self) -> None:
+            self.checked.set()
+
+        def renew(self, claim: object, lease: object) -> object:
+            self.renewed.append(claim)
+            return claim
+
+    monkeypatch.setattr(extract, "LIVENESS_CHECK_S", 0.01)
+    store = Store()
+    with extract.LeaseKeeper(store, timedelta(minutes=5)) as keeper:  # type: ignore[arg-type]
+        keeper.hold(Claim(1, "t", S, None, "me", 1, E))
+        assert store.checked.wait(timeout=30)
+    assert store.renewed == []  # a renewal is due only every third of the lease

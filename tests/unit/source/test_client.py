@@ -1,0 +1,86 @@
+"""The pure parts of the Spanner client adapter: retention options, the stream's creation in the DDL history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from google.api_core.datetime_helpers import DatetimeWithNanoseconds
+
+from spanner_cdc.errors import SourceError
+from spanner_cdc.source.client import detect_dialect, format_retention, parse_retention, stream_created_at
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("7d", timedelta(days=7)), ("36h", timedelta(hours=36)), ("90m", timedelta(minutes=90)), ("3600s", timedelta(hours=1)), (" 1D ", timedelta(days=1))],
+)
+def test_retention_periods_as_spanner_writes_them(text: str, value: timedelta) -> None:
+    assert parse_retention(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "7", "1w", "one day", "-1d"])
+def test_unknown_retention_format_is_a_source_error(text: str) -> None:
+    with pytest.raises(SourceError, match="retention_period"):
+        parse_retention(text)
+
+
+@pytest.mark.parametrize(("value", "text"), [(timedelta(days=7), "7d"), (timedelta(hours=36), "36h"), (timedelta(minutes=90), "90m"), (timedelta(seconds=61), "61s")])
+def test_retention_is_shown_as_spanner_writes_it(value: timedelta, text: str) -> None:
+    assert format_retention(value) == text
+
+
+@dataclass
+class Metadata:
+    statements: list[str]
+    commit_timestamps: list[Any]
+
+
+@dataclass
+class Operation:
+    metadata: Any
+
+
+@dataclass
+class Database:
+    operations: list[Operation] = field(default_factory=list)
+    name: str = "projects/p/instances/i/databases/d"
+    fail: Exception | None = None
+
+    def list_database_operations(self) -> list[Operation]:
+        if self.fail:
+            raise self.fail
+        return self.operations
+
+
+def at(hour: int) -> DatetimeWithNanoseconds:
+    return DatetimeWithNanoseconds(2024, 5, 1, hour, tzinfo=UTC)
+
+
+def test_created_at_is_the_latest_create_of_that_stream() -> None:
+    database = Database([
+        Operation(Metadata(["CREATE TABLE T (A INT64) PRIMARY KEY (A)", "CREATE CHANGE STREAM Orders FOR ALL"], [at(1), at(2)])),
+        Operation(Metadata(["DROP CHANGE STREAM Orders"], [at(3)])),
+        Operation(Metadata(['create change stream "Orders" for all'], [at(4)])),
+        Operation(Metadata(["CREATE CHANGE STREAM OrdersArchive FOR ALL"], [at(5)])),
+        Operation(object()),  # e.g. CreateDatabaseMetadata: no statements
+    ])  # fmt: skip
+    assert stream_created_at(database, "Orders") == datetime(2024, 5, 1, 4, tzinfo=UTC)
+    assert stream_created_at(database, "OrdersArchive") == datetime(2024, 5, 1, 5, tzinfo=UTC)
+    assert stream_created_at(database, "Missing") is None
+
+
+def test_statements_without_commit_timestamps_tell_nothing() -> None:
+    database = Database([Operation(Metadata(["CREATE CHANGE STREAM Orders FOR ALL"], []))])
+    assert stream_created_at(database, "Orders") is None
+
+
+def test_unavailable_ddl_history_means_unknown_creation_time() -> None:
+    assert stream_created_at(Database(fail=RuntimeError("UNIMPLEMENTED")), "Orders") is None
+
+
+@pytest.mark.parametrize("configured", ["GOOGLE_STANDARD_SQL", "postgresql"])
+def test_a_configured_dialect_asks_nothing(configured: str) -> None:
+    assert detect_dialect(object(), configured) == configured.upper()  # type: ignore[arg-type]

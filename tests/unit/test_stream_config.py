@@ -1,0 +1,144 @@
+"""Stream configuration: parsing, defaults, validation messages, and the Settings a stream resolves to."""
+
+from __future__ import annotations
+
+import datetime as dt
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from spanner_cdc.errors import ConfigError
+from spanner_cdc.settings import Settings, load_settings
+from spanner_cdc.stream_config import load_streams, parse_stream
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "streams.example.toml"
+
+
+def _settings(streams: dict) -> Settings:
+    return Settings(streams=streams)
+
+
+def test_minimal_table_gets_defaults() -> None:
+    config = parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z"})
+    assert config.name == "orders"
+    assert config.change_stream == "orders"
+    assert config.schedule == "@hourly"
+    assert config.catchup is True
+    assert config.waves == 3
+    assert config.start_date == dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
+    assert config.dag_id == "spanner_cdc_hourly__orders"
+
+
+def test_all_fields_parse() -> None:
+    config = parse_stream(
+        "orders",
+        {
+            "name": "orders",
+            "project": "p1",
+            "instance": "i1",
+            "database": "shop",
+            "change_stream": "orders_stream",
+            "dialect": "postgresql",
+            "heartbeat_ms": 5000,
+            "output_root": "/data/lake",
+            "schedule": "*/30 * * * *",
+            "start_date": dt.datetime(2024, 3, 1, 12, 30),
+            "catchup": False,
+            "concurrency": 8,
+            "waves": 5,
+        },
+    )
+    assert (config.project, config.instance, config.database) == ("p1", "i1", "shop")
+    assert config.change_stream == "orders_stream"
+    assert config.dialect == "POSTGRESQL"
+    assert config.heartbeat_ms == 5000
+    assert config.output_root == Path("/data/lake")
+    assert config.schedule == "*/30 * * * *"
+    assert config.start_date == dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.UTC)
+    assert config.catchup is False
+    assert config.concurrency == 8
+    assert config.waves == 5
+
+
+def test_start_date_with_offset_is_converted_to_utc() -> None:
+    config = parse_stream("s", {"start_date": "2024-03-01T02:00:00+02:00"})
+    assert config.start_date == dt.datetime(2024, 3, 1, 0, 0, tzinfo=dt.UTC)
+
+
+def test_toml_date_means_midnight_utc() -> None:
+    config = parse_stream("s", {"start_date": dt.date(2024, 3, 1)})
+    assert config.start_date == dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    ("key", "table", "field", "accepted"),
+    [
+        ("orders", {}, "streams.orders.start_date", "ISO 8601"),
+        ("orders", {"start_date": "yesterday"}, "streams.orders.start_date", "ISO 8601"),
+        ("orders", {"start_date": "2024-01-01", "heartbeat_ms": 999}, "streams.orders.heartbeat_ms", "[1000, 300000]"),
+        ("orders", {"start_date": "2024-01-01", "heartbeat_ms": True}, "streams.orders.heartbeat_ms", "[1000, 300000]"),
+        ("orders", {"start_date": "2024-01-01", "dialect": "mysql"}, "streams.orders.dialect", "GOOGLE_STANDARD_SQL"),
+        ("orders", {"start_date": "2024-01-01", "schedule": "hourly"}, "streams.orders.schedule", "cron"),
+        ("orders", {"start_date": "2024-01-01", "schedule": "61 * * * *"}, "streams.orders.schedule", "cron"),
+        ("orders", {"start_date": "2024-01-01", "concurrency": 0}, "streams.orders.concurrency", "[1, 256]"),
+        ("orders", {"start_date": "2024-01-01", "waves": 11}, "streams.orders.waves", "[1, 10]"),
+        ("orders", {"start_date": "2024-01-01", "change_stream": "x; DROP"}, "streams.orders.change_stream", "identifier"),
+        ("orders", {"start_date": "2024-01-01", "catchup": "yes"}, "streams.orders.catchup", "true or false"),
+        ("orders", {"start_date": "2024-01-01", "project": ""}, "streams.orders.project", "non-empty"),
+        ("orders", {"start_date": "2024-01-01", "heartbeat": 5000}, "streams.orders.heartbeat", "heartbeat_ms"),
+        ("orders", {"start_date": "2024-01-01", "name": "other"}, "streams.orders.name", "'orders'"),
+        ("bad-name", {"start_date": "2024-01-01"}, "streams.bad-name", "identifier"),
+        ("orders", "not a table", "streams.orders", "TOML table"),
+    ],
+)
+def test_bad_values_name_field_value_and_accepted(key: str, table: object, field: str, accepted: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_stream(key, table)
+    assert raised.value.field == field
+    assert accepted in raised.value.accepted
+    assert field in str(raised.value)
+
+
+def test_two_tables_on_one_change_stream_are_refused() -> None:
+    settings = _settings(
+        {
+            "a": {"start_date": "2024-01-01", "change_stream": "shared"},
+            "b": {"start_date": "2024-01-01", "change_stream": "shared"},
+        }
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_streams(settings)
+    assert raised.value.field == "streams.b.change_stream"
+    assert "streams.a" in raised.value.accepted
+
+
+def test_load_streams_orders_by_name() -> None:
+    settings = _settings({"zeta": {"start_date": "2024-01-01"}, "alpha": {"start_date": "2024-01-01"}})
+    assert list(load_streams(settings)) == ["alpha", "zeta"]
+
+
+def test_no_streams_configured_is_empty() -> None:
+    assert load_streams(Settings()) == {}
+
+
+def test_stream_values_win_over_global_ones_and_gaps_keep_them() -> None:
+    base = Settings(project="global-p", instance="global-i", heartbeat_ms=20_000, concurrency=3, namespace="live")
+    config = parse_stream("orders", {"start_date": "2024-01-01", "instance": "own-i", "heartbeat_ms": 2000})
+    resolved = config.settings(base)
+    assert resolved.stream == "orders"
+    assert resolved.project == "global-p"
+    assert resolved.instance == "own-i"
+    assert resolved.heartbeat_ms == 2000
+    assert resolved.concurrency == 3
+    assert resolved.namespace == "live"
+    assert resolved.output_root == base.output_root
+
+
+def test_example_file_loads_through_settings() -> None:
+    streams = load_streams(load_settings({}, env={"SPANNER_CDC_CONFIG": str(EXAMPLE)}))
+    with EXAMPLE.open("rb") as handle:
+        tables = tomllib.load(handle)["streams"]
+    assert list(streams) == sorted(tables)
+    for name, config in streams.items():
+        assert config.change_stream == tables[name].get("change_stream", name)
