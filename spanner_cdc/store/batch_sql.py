@@ -64,9 +64,9 @@ LAND_MANY = sa.text(
 LOCK_CREATED_CHILDREN_OF = sa.text(
     """
     SELECT c.token FROM cdc_partitions c
-    WHERE c.lineage_id = :lineage_id AND c.state = 'CREATED' AND c.token IN (
+    WHERE c.lineage_id = :lineage_id AND c.state = 'CREATED' AND c.token = ANY(ARRAY(
         SELECT e.child_token FROM cdc_partition_parents e
-        WHERE e.lineage_id = :lineage_id AND e.parent_token = ANY(CAST(:parents AS text[])))
+        WHERE e.lineage_id = :lineage_id AND e.parent_token = ANY(CAST(:parents AS text[]))))
     ORDER BY c.token
     FOR UPDATE OF c
     """
