@@ -13,6 +13,7 @@ from spanner_cdc.lineage import rules
 from spanner_cdc.source.records import ChildPartition
 from spanner_cdc.store.base import (
     LINEAGE_COLUMNS,
+    PARTITION_COLUMNS,
     PARTITION_SELECT,
     WINDOW_COLUMNS,
     StoreBase,
@@ -144,13 +145,6 @@ class LineageQueries(StoreBase):
             conn.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"))
             lineage = self._lineage_by_id(conn, lineage_id)
             params = {"lineage_id": lineage_id}
-            nodes = [
-                partition_from(r)
-                for r in conn.execute(
-                    sa.text(PARTITION_SELECT + " WHERE p.lineage_id = :lineage_id ORDER BY p.partition_start, p.token"),
-                    params,
-                )
-            ]
             edges = conn.execute(
                 sa.text(
                     "SELECT parent_token, child_token FROM cdc_partition_parents WHERE lineage_id = :lineage_id "
@@ -158,6 +152,20 @@ class LineageQueries(StoreBase):
                 ),
                 params,
             ).all()
+            # parents and children from the edges read once, not two correlated aggregates per partition
+            parents: dict[str, list[str]] = {}
+            children: dict[str, list[str]] = {}
+            for e in edges:
+                children.setdefault(e.parent_token, []).append(e.child_token)
+                parents.setdefault(e.child_token, []).append(e.parent_token)
+            nodes = [
+                partition_from(r, tuple(sorted(parents.get(r.token, ()))), tuple(children.get(r.token, ())))
+                for r in conn.execute(
+                    sa.text(PARTITION_COLUMNS + " FROM cdc_partitions p WHERE p.lineage_id = :lineage_id "
+                            "ORDER BY p.partition_start, p.token"),
+                    params,
+                )
+            ]  # fmt: skip
             low = utc(conn.execute(LOW_WATERMARK, params).scalar_one())
             windows = conn.execute(
                 sa.text(
