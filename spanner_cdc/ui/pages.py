@@ -12,7 +12,6 @@ from spanner_cdc.ui import tables
 from spanner_cdc.ui.health import StuckPartition, state_counts, stuck
 from spanner_cdc.ui.svg import STATE_COLOURS, legend_svg, render_lineage_svg
 from spanner_cdc.ui.tables import duration as _duration
-from spanner_cdc.ui.tables import ts
 from spanner_cdc.ui.tables import ts as _ts
 from spanner_cdc.ui.view import StreamView
 
@@ -165,7 +164,7 @@ def render_stream(
     )  # fmt: skip
     body = (
         f'<p class=muted><a href="{_e(base)}/">all lineages</a> · namespaces: {others} · '
-        f'<a href="{_e(api)}">JSON</a> · store <code>{_e(store_label)}</code> · shown at {ts(now, precise=False)}</p>'
+        f'<a href="{_e(api)}">JSON</a> · store <code>{_e(store_label)}</code> · shown at {_ts(now, precise=False)}</p>'
         f"<h1>{_e(ln.stream)} <span class=muted>namespace {_e(ln.namespace)}"
         f"{' · database ' + _e(ln.database) if ln.database else ''}</span></h1>"
         f"{_cards(view, stuck_list, now)}"
