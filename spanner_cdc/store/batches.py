@@ -6,15 +6,16 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Row
 
 from spanner_cdc.lineage import rules
 from spanner_cdc.source.records import ChildPartitionsRecord
 from spanner_cdc.store.base import StoreBase, utc_required
 from spanner_cdc.store.batch_sql import LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
 from spanner_cdc.store.models import BatchResult, Claim, Completion, LeaseLost
-from spanner_cdc.store.transition_sql import INSERT_CHILDREN, INSERT_EDGES, LEASE_HOLDER, PROMOTE
+from spanner_cdc.store.transition_sql import INSERT_CHILDREN, INSERT_EDGES, LEASE_HOLDER, NO_NESTED_LOOPS, PROMOTE
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,7 @@ class BatchTransitions(StoreBase):
         params = _land_params(lineage_id, items)
 
         def body(conn: Connection) -> BatchResult:
+            conn.execute(NO_NESTED_LOOPS)
             landed = set(conn.execute(LAND_MANY, params).scalars().all())
             done = [item for item in items if item.claim.token in landed]
             kids = sorted(
@@ -160,7 +162,11 @@ class BatchTransitions(StoreBase):
             "attempts": [c.attempt for c in claims],
             "lease": lease,
         }
-        rows = self._db.transaction(lambda conn: conn.execute(RENEW_MANY, params).all())
+        def body(conn: Connection) -> Sequence[Row[Any]]:
+            conn.execute(NO_NESTED_LOOPS)
+            return conn.execute(RENEW_MANY, params).all()
+
+        rows = self._db.transaction(body)
         expires = {row.token: utc_required(row.lease_expires_at) for row in rows}
         renewed = [
             Claim(c.lineage_id, c.token, c.partition_start, c.watermark, c.owner, c.attempt, expires[c.token])

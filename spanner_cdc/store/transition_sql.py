@@ -18,6 +18,11 @@ NOT_OWN = "AND liveness_key IS DISTINCT FROM CAST(:liveness_key AS integer)"
 # no statistics for yet (just bootstrapped, or grown since the last ANALYZE) is estimated at one row and the
 # join becomes a scan of the whole lineage per picked token, quadratic in the window's partitions.
 BY_KEY = "AND {alias}.token = ANY(ARRAY(SELECT token FROM {cte}))"
+# For the statements that join a set of picked tokens back to their rows (claim, schedule, the batches):
+# without statistics for a fresh lineage, the planner estimates a CTE of 10,000 tokens at one row and
+# joins it by nested loop, 10,000 x 10,000 comparisons (160 s to claim a 10,000-token window); a hash join
+# takes ~1 s. SET LOCAL lasts until the transaction ends.
+NO_NESTED_LOOPS = sa.text("SET LOCAL enable_nestloop = off")
 # A claim takes tokens whose next read starts inside the window (rules.needs_read as a range scan on
 # cdc_partitions_claimable), least landed first, plus any stale ones. `stale` and `fresh` pick
 # disjoint states so no row is picked twice. `dead` is MATERIALIZED so each key is probed once.

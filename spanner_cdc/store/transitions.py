@@ -24,6 +24,7 @@ from spanner_cdc.store.transition_sql import (
     FAIL,
     HOLDER_DIED,
     LEASE_EXPIRED,
+    NO_NESTED_LOOPS,
     RENEW,
     SCHEDULE,
 )
@@ -75,6 +76,7 @@ class PartitionTransitions(BatchTransitions):
         }
 
         def body(conn: Connection) -> Sequence[sa.Row[Any]]:
+            conn.execute(NO_NESTED_LOOPS)
             rows = conn.execute(statement, params).all()
             reclaimed = [
                 {
@@ -116,8 +118,12 @@ class PartitionTransitions(BatchTransitions):
             "lease": lease,
             "limit": limit,
         }
-        rows = self._db.transaction(lambda conn: conn.execute(SCHEDULE, params).all())
-        return sorted(r.token for r in rows)
+
+        def body(conn: Connection) -> Sequence[sa.Row[Any]]:
+            conn.execute(NO_NESTED_LOOPS)
+            return conn.execute(SCHEDULE, params).all()
+
+        return sorted(r.token for r in self._db.transaction(body))
 
     def renew(self, claim: Claim, lease: timedelta) -> Claim:
         """Extend a held lease; LeaseLost when the token is no longer ours."""
