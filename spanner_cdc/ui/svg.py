@@ -102,7 +102,7 @@ def render_lineage_svg(
     by_token = {p.token: p for p in view.partitions}
     nodes = [TimedNode(p.token, p.start, p.end, p.state == "FINISHED") for p in view.partitions]
     placed = time_layout(nodes, [(w.start, w.end) for w in view.windows], expand, budget)
-    splits, merges = splits_and_merges(view)
+    splits, merges = splits_and_merges(view, parents)
     width, height = max(placed.width, 1), max(placed.height, 1)
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="lineage" role="img" '

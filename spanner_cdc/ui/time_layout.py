@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,13 +115,15 @@ def _place(nodes: Sequence[TimedNode], columns: Sequence[Column], starts: list[d
         span = (col.end - col.start).total_seconds() or 1.0
         fraction = min(max((n.start - col.start).total_seconds() / span, 0.0), 1.0)
         xs[n.token] = col.x + GAP + int(fraction * (col.width - NODE_WIDTH - 2 * GAP))
-    lanes: list[int] = []  # right edge of the last box in each lane
+    free: list[tuple[int, int]] = []  # (right edge of its last box, lane), the lane that frees first on top
+    lanes = 0
     placed: dict[str, tuple[int, int]] = {}
     for token in sorted(xs, key=lambda t: (xs[t], t)):
         x = xs[token]
-        lane = next((i for i, right in enumerate(lanes) if right + GAP <= x), len(lanes))
-        if lane == len(lanes):
-            lanes.append(0)
-        lanes[lane] = x + NODE_WIDTH
+        if free and free[0][0] + GAP <= x:
+            _, lane = heapq.heappop(free)
+        else:
+            lane, lanes = lanes, lanes + 1
+        heapq.heappush(free, (x + NODE_WIDTH, lane))
         placed[token] = (x, HEADER + lane * (NODE_HEIGHT + ROW_GAP))
     return placed
