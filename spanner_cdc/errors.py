@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
+_SETTING = re.compile(r"\{setting:(\w+)\}")
+
+
+def setting(name: str) -> str:
+    """A setting named in a message, shown as the CLI's flag there and as the setting elsewhere (Airflow, logs)."""
+    return f"{{setting:{name}}}"
+
+
+def as_setting(name: str) -> str:
+    return name
+
 
 class SpannerCdcError(Exception):
     """Base of every error a user can cause or act on; its message says what to do."""
 
     exit_code = 1
+
+    def __str__(self) -> str:
+        return self.message(as_setting)
+
+    def message(self, name_setting: Callable[[str], str]) -> str:
+        """The message with each setting it names written by `name_setting` (`as_flag` on the command line)."""
+        return _SETTING.sub(lambda m: name_setting(m.group(1)), super().__str__())
 
 
 class ConfigError(SpannerCdcError):
@@ -18,7 +39,9 @@ class ConfigError(SpannerCdcError):
         self.field = field
         self.value = value
         self.accepted = accepted
-        super().__init__(f"invalid {field}={value!r}: expected {accepted}")
+        # a bare setting name is shown as the CLI's flag on the command line; labels ("--x", "X (in file)") as they are
+        label = setting(field) if field.isidentifier() and field.islower() else field
+        super().__init__(f"invalid {label}={value!r}: expected {accepted}")
 
 
 class StoreNotConfigured(ConfigError):

@@ -12,6 +12,9 @@ URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@")
 # libpq's keyword form and URL parameters can carry the password too (password=..., ?password=...).
 PASSWORD_PARAM = re.compile(r"(password\s*=\s*)('[^']*'|[^&\s]*)", re.IGNORECASE)
 
+# A Spark Connect URL carries its bearer token as a parameter: sc://host:port/;user_id=...;token=...
+CONNECT_TOKEN = re.compile(r"(;\s*token\s*=)[^;]*", re.IGNORECASE)
+
 
 def mask_password(text: str) -> str:
     """`text` (a URL, or anything a user typed as one) with every password in it shown as ***.
@@ -44,3 +47,8 @@ def mask_url(url: str | None) -> str:
         return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}{port}"))
     except ValueError:
         return MASK
+
+
+def mask_spark_master(master: str) -> str:
+    """A Spark master URL with a Spark Connect token in it shown as ***."""
+    return CONNECT_TOKEN.sub(rf"\1{MASK}", str(master))

@@ -80,7 +80,9 @@ def _postgres_url(name: str, value: Any) -> str | None:
 def _spark_master(name: str, value: Any) -> str:
     text = str(value)
     if not SPARK_MASTER.match(text):
-        raise ConfigError(name, value, "local[*], local[N], spark://host:port or sc://host:port")
+        from spanner_cdc.masking import mask_spark_master  # an sc:// URL's token is a secret
+
+        raise ConfigError(name, mask_spark_master(text), "local[*], local[N], spark://host:port or sc://host:port")
     return text
 
 
@@ -120,6 +122,16 @@ class Settings:
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
+
+    def __repr__(self) -> str:
+        """The dataclass's repr, with the store's password and a Spark Connect token shown as ***."""
+        from spanner_cdc.masking import mask_password, mask_spark_master
+
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.metadata_url:
+            shown["metadata_url"] = mask_password(self.metadata_url)
+        shown["spark_master"] = mask_spark_master(self.spark_master)
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
 def _read_config_file(path: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import logging
 import pkgutil
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from spanner_cdc.cli import commands
@@ -59,6 +59,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def flag_namer(parser: argparse.ArgumentParser, command: str) -> Callable[[str], str]:
+    """Settings named in an error, as the flags of `command` where it has one (else as the setting's name)."""
+    flags: dict[str, str] = {}
+
+    def collect(p: argparse.ArgumentParser, depth: int) -> None:
+        for action in p._actions:  # argparse keeps subcommand parsers only here
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    if depth or name == command:
+                        collect(sub, depth + 1)
+            elif depth and (long := [o for o in action.option_strings if o.startswith("--")]):
+                flags.setdefault(action.dest, long[0])
+
+    collect(parser, 0)
+    return lambda name: flags.get(name, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -72,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpannerCdcError as exc:
         if args.debug:
             raise
-        print(f"spanner-cdc: error: {exc}", file=sys.stderr)
+        print(f"spanner-cdc: error: {exc.message(flag_namer(parser, args.command))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("spanner-cdc: interrupted", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ MIGRATED_STAMP = ".spanner_cdc_migrated"
 
 def repo_root() -> Path:
     """The checkout holding dags/ and plugins/ (the package is installed in editable mode from it)."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -126,14 +127,27 @@ def prepare(
     env = AirflowEnv(home, variables)
     stamp = home / MIGRATED_STAMP
     version = _airflow_version()
-    if not stamp.exists() or stamp.read_text() != f"{version} {url}":
+    if not stamp.exists() or stamp.read_text() != migrated_stamp(version, url):
         log.info("migrating Airflow's metadata database (first run takes a minute)")
         env.airflow(["db", "migrate"])
         # Only with the migration: later changes of the pool's slots in the UI are the operator's to keep.
         slots = pool_slots or settings.concurrency
         env.airflow(["pools", "set", SPANNER_POOL, str(slots), "Bounds concurrent Spanner change stream queries"])
-        stamp.write_text(f"{version} {url}")
+        write_private(stamp, migrated_stamp(version, url))
     return env
+
+
+def migrated_stamp(version: str, url: str) -> str:
+    """What the stamp says of a migration: Airflow's version and a digest of its DB URL (never the URL: its password)."""
+    return f"{version} {hashlib.sha256(url.encode()).hexdigest()}"
+
+
+def write_private(path: Path, text: str) -> None:
+    """`text` in a file only its owner may read (0600 from its creation on)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older stamp, made with the umask's mode
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
 
 
 def upgrade_store(url: str) -> None:

@@ -120,6 +120,38 @@ def _splits_and_merges(edges: Sequence[tuple[str, str]]) -> tuple[int, int]:
     return sum(1 for n in children.values() if n > 1), sum(1 for n in parents.values() if n > 1)
 
 
+def _run_row(run: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "start": _short(run.get("data_interval_start")),
+        "end": _short(run.get("data_interval_end"), time_only=True),
+        "state": run.get("state", "?"),
+        "tasks": len(run.get("tasks", {})),
+        "seconds": run.get("seconds"),
+        "close": run.get("tasks", {}).get("close"),
+    }
+
+
+def _window_rows(
+    windows: Sequence[tuple[dt.datetime, dt.datetime]], stored: dict[Any, Any], run_rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each window as the store has it, and which run closed it (its own, or the next one's catch_up)."""
+    out = []
+    for index, (start, end) in enumerate(windows):
+        row = stored.get((start, end))
+        check = (row.transaction_check or {}) if row else {}
+        own_close = index < len(run_rows) and run_rows[index]["close"] == "success"
+        out.append({
+            "start": start.strftime("%Y-%m-%d %H:%M"),
+            "end": end.strftime("%H:%M"),
+            "state": row.state if row else "MISSING",
+            "records": row.records if row else None,
+            "files": row.files if row else None,
+            "transactions": check.get("transactions"),
+            "closed_by": "its own run" if own_close else ("the next run's catch_up" if row and row.state == "COMPLETE" else "-"),
+        })
+    return out
+
+
 def summarize(
     *,
     paths: Any,
@@ -138,31 +170,8 @@ def summarize(
         lineage = store.get_lineage(stream, LIVE_NAMESPACE)
         graph = store.graph(lineage.id)
         stored = {(w.start, w.end): w for w in store.windows(lineage.id)}
-    run_rows = [
-        {
-            "start": _short(run.get("data_interval_start")),
-            "end": _short(run.get("data_interval_end"), time_only=True),
-            "state": run.get("state", "?"),
-            "tasks": len(run.get("tasks", {})),
-            "seconds": run.get("seconds"),
-            "close": run.get("tasks", {}).get("close"),
-        }
-        for run in runs
-    ]
-    window_rows = []
-    for index, (start, end) in enumerate(windows):
-        row = stored.get((start, end))
-        check = (row.transaction_check or {}) if row else {}
-        own_close = index < len(run_rows) and run_rows[index]["close"] == "success"
-        window_rows.append({
-            "start": start.strftime("%Y-%m-%d %H:%M"),
-            "end": end.strftime("%H:%M"),
-            "state": row.state if row else "MISSING",
-            "records": row.records if row else None,
-            "files": row.files if row else None,
-            "transactions": check.get("transactions"),
-            "closed_by": "its own run" if own_close else ("the next run's catch_up" if row and row.state == "COMPLETE" else "-"),
-        })
+    run_rows = [_run_row(run) for run in runs]
+    window_rows = _window_rows(windows, stored, run_rows)
     lake = paths.lake / stream / LIVE_NAMESPACE
     files = published_files(lake)
     first, last = stamp(windows[0][0]), stamp(windows[-1][1])

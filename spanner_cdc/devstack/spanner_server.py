@@ -54,6 +54,11 @@ class LocalSpanner:
         return f"{self.bind}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs (benchmarks read its CPU time)."""
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
+
+    @property
     def control(self) -> ControlClient:
         if self._control is None:
             self._control = ControlClient(self.host)

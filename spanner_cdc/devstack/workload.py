@@ -8,10 +8,12 @@ import logging
 import random
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from spanner_cdc.cli.commands._flags import add_spanner_flags
 from spanner_cdc.devstack.workload_schema import (
@@ -112,34 +114,28 @@ def run_workload(
     tx_per_second: float | None = None,
     seed: int = 0,
     ground_truth: Path,
+    batch: int = 1,
 ) -> WorkloadStats:
     """Commit `transactions` seeded transactions (1-5 row changes over several tables each) at
-    `tx_per_second` (None: as fast as possible) and write one ground-truth JSON line per changed row."""
+    `tx_per_second` (None: as fast as possible) and write one ground-truth JSON line per changed row.
+
+    batch=1 commits each transaction on its own (every fifth as a read-write transaction); batch=N > 1 sends up
+    to N transactions over disjoint rows per BatchWrite request (one mutation group, so one transaction and one
+    commit timestamp each), tagged per request."""
     if transactions < 0:
         raise ConfigError("transactions", transactions, "a number >= 0")
     if tx_per_second is not None and tx_per_second <= 0:
         raise ConfigError("rate", tx_per_second, "transactions per second > 0, or none for as fast as possible")
+    if batch < 1:
+        raise ConfigError("batch", batch, "a number of transactions per request >= 1")
     rng = random.Random(seed)
     rows = _existing_rows(database)
     stats = WorkloadStats()
     started = time.monotonic()
     ground_truth.parent.mkdir(parents=True, exist_ok=True)
     with open(ground_truth, "w", encoding="utf-8") as out:
-        for index in range(transactions):
-            if tx_per_second is not None:
-                delay = started + index / tx_per_second - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)  # pacing the client, not synchronisation
-            writes = _plan(rng, rows)
-            tag = "" if index % 7 == 3 else f"app=workload,seed={seed},tx={index}"
-            commit_ts = _commit(database, writes, tag, use_transaction=index % 5 == 4)
-            for write in writes:
-                row = _apply_to_view(rows, write)
-                out.write(json.dumps(_truth_line(commit_ts, write, row, tag, index), separators=(",", ":")) + "\n")
-                stats.count(write.mod_type)
-            stats.transactions += 1
-            stats.first_commit = stats.first_commit or commit_ts
-            stats.last_commit = commit_ts
+        run = _run_batched if batch > 1 else _run_one_by_one
+        run(database, rng, rows, out, stats, _Pace(started, tx_per_second), seed, transactions, batch)
     stats.elapsed_seconds = time.monotonic() - started
     log.info(
         "workload: %s transactions, %s rows in %.1f s (%.0f tx/s) up to %s",
@@ -150,6 +146,107 @@ def run_workload(
         stats.last_commit,
     )
     return stats
+
+
+@dataclass(frozen=True)
+class _Pace:
+    started: float
+    tx_per_second: float | None
+
+    def wait_for(self, index: int) -> None:
+        if self.tx_per_second is not None:
+            delay = self.started + index / self.tx_per_second - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # pacing the client, not synchronisation
+
+
+def _run_one_by_one(
+    database: Any, rng: random.Random, rows: dict[RowKey, dict[str, Any]], out: TextIO, stats: WorkloadStats,
+    pace: _Pace, seed: int, transactions: int, batch: int,
+) -> None:
+    for index in range(transactions):
+        pace.wait_for(index)
+        writes = _plan(rng, rows)
+        tag = "" if index % 7 == 3 else f"app=workload,seed={seed},tx={index}"
+        commit_ts = _commit(database, writes, tag, use_transaction=index % 5 == 4)
+        befores = [_apply_to_view(rows, write) for write in writes]
+        _log_transaction(out, stats, commit_ts, writes, befores, tag, index)
+
+
+_Planned = tuple[int, list[_Write], list[dict[str, Any] | None]]  # index, writes, rows before them
+
+
+def _run_batched(
+    database: Any, rng: random.Random, rows: dict[RowKey, dict[str, Any]], out: TextIO, stats: WorkloadStats,
+    pace: _Pace, seed: int, transactions: int, batch: int,
+) -> None:
+    """Transactions planned in order against the view; a batch closes before a transaction that touches one of its
+    rows would join, so the groups of one request commute (Spanner may apply them in any order). One request is in
+    flight while the next is planned and built; it is sent once the previous one answered, so commits keep the plan's order."""
+    pending: list[_Planned] = []
+    touched: set[RowKey] = set()
+    requests = 0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="workload-batch") as sender:
+        in_flight: Future[list[datetime]] | None = None
+        for index in range(transactions + 1):
+            writes = _plan(rng, rows) if index < transactions else []
+            keys = {(w.table.name, w.key) for w in writes}
+            if pending and (index == transactions or len(pending) >= batch or keys & touched):
+                tag = "" if requests % 7 == 3 else f"app=workload,seed={seed},batch={requests}"
+                built = _groups(database, pending)
+                if in_flight is not None:
+                    in_flight.result()
+                pace.wait_for(pending[-1][0])
+                in_flight = sender.submit(_send_batch, built, pending, out, stats, tag)
+                pending, touched, requests = [], set(), requests + 1
+            if index < transactions:
+                pending.append((index, writes, [_apply_to_view(rows, write) for write in writes]))
+                touched |= keys
+        if in_flight is not None:
+            in_flight.result()
+
+
+def _groups(database: Any, pending: list[_Planned]) -> tuple[ExitStack, Any]:
+    """The request's mutation groups, built on a session held until the request is sent (_send_batch)."""
+    session = ExitStack()
+    try:
+        groups = session.enter_context(database.mutation_groups())
+        for _, writes, _ in pending:
+            _mutate(groups.group(), writes)
+    except BaseException:
+        session.close()
+        raise
+    return session, groups
+
+
+def _send_batch(
+    built: tuple[ExitStack, Any], pending: list[_Planned], out: TextIO, stats: WorkloadStats, tag: str
+) -> list[datetime]:
+    session, groups = built
+    with session:
+        responses = list(groups.batch_write(request_options={"transaction_tag": tag} if tag else None))
+    committed: dict[int, datetime] = {}
+    for response in responses:
+        if response.status.code:
+            raise SpannerCdcError(f"a workload transaction was refused by BatchWrite: {response.status.message}")
+        committed.update((i, response.commit_timestamp) for i in response.indexes)
+    for position, (index, writes, befores) in enumerate(pending):
+        if position not in committed:
+            raise SpannerCdcError("BatchWrite reported no commit timestamp for a workload transaction")
+        _log_transaction(out, stats, committed[position], writes, befores, tag, index)
+    return [committed[p] for p in range(len(pending))]
+
+
+def _log_transaction(
+    out: TextIO, stats: WorkloadStats, commit_ts: datetime, writes: list[_Write], befores: list[dict[str, Any] | None],
+    tag: str, index: int,
+) -> None:
+    for write, before in zip(writes, befores, strict=True):
+        out.write(json.dumps(_truth_line(commit_ts, write, before, tag, index), separators=(",", ":")) + "\n")
+        stats.count(write.mod_type)
+    stats.transactions += 1
+    stats.first_commit = min(stats.first_commit or commit_ts, commit_ts)
+    stats.last_commit = max(stats.last_commit or commit_ts, commit_ts)
 
 
 def load_ground_truth(path: Path) -> list[GroundTruthRow]:
@@ -315,6 +412,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rate", type=float, help="transactions per second (default: as fast as possible)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
+        "--batch", type=int, default=1, help="transactions per BatchWrite request, each its own transaction and commit "
+        "timestamp, tagged per request (default 1: one Commit per transaction, every fifth a read-write transaction)"
+    )
+    parser.add_argument(
         "--ground-truth", type=Path, required=True, help="JSON-lines file of every committed row change"
     )
     parser.add_argument(
@@ -351,6 +452,7 @@ def _run_cli(args: argparse.Namespace) -> int:
         tx_per_second=args.rate,
         seed=args.seed,
         ground_truth=args.ground_truth,
+        batch=args.batch,
     )
     summary = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in vars(stats).items()}
     print(json.dumps({**summary, "tx_per_second": round(stats.tx_per_second, 1)}))

@@ -6,8 +6,9 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from spanner_cdc.errors import RetentionError, UsageError
+from spanner_cdc.errors import RetentionError, UsageError, setting
 from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.times import spelled_duration
 
 log = logging.getLogger(__name__)
 
@@ -24,21 +25,13 @@ def effective_start(stream: str, created_at: datetime | None, start: datetime, e
     return created_at
 
 
-def human(duration: timedelta) -> str:
-    seconds = int(duration.total_seconds())
-    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
-        if seconds >= size and seconds % size == 0:
-            count = seconds // size
-            return f"{count} {unit}{'s' if count != 1 else ''}"
-    return f"{seconds} seconds"
-
 
 def retention_message(stream: str, start: datetime, retention: timedelta, namespace: str, detail: str = "") -> str:
     return (
         f"window start {start.isoformat()} has left change stream {stream}'s retention period "
-        f"({human(retention)}){detail}: "
+        f"({spelled_duration(retention)}){detail}: "
         "those changes are gone from Spanner and cannot be extracted. Extract windows that start within the "
-        f"retention period (for a lineage that fell behind, into a new --namespace than {namespace!r}, e.g. a "
+        f"retention period (for a lineage that fell behind, into a {setting('namespace')} other than {namespace!r}, e.g. a "
         "backfill), or lengthen the stream's retention_period so this does not happen again"
     )
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.errors import ConfigError, ExtractError, UsageError
+from spanner_cdc.errors import ConfigError, ExtractError, UsageError, setting
 from spanner_cdc.extract.planning import check_retention, effective_start, root_partitions
 from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims, lease_duration, liveness_enabled
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
@@ -121,15 +121,15 @@ def _utc(value: datetime, name: str) -> datetime:
 
 
 def _window(window_start: datetime, window_end: datetime) -> tuple[datetime, datetime]:
-    start, end = _utc(window_start, "--window-start"), _utc(window_end, "--window-end")
+    start, end = _utc(window_start, setting("window_start")), _utc(window_end, setting("window_end"))
     if end <= start:
-        raise UsageError(f"--window-end {end.isoformat()} must be after --window-start {start.isoformat()}")
+        raise UsageError(f"{setting('window_end')} {end.isoformat()} must be after {setting('window_start')} {start.isoformat()}")
     return start, end
 
 
 def _stream(settings: Settings) -> str:
     if not settings.stream:
-        raise UsageError("no change stream given: pass --stream or set SPANNER_CDC_STREAM")
+        raise UsageError(f"no change stream given: set {setting('stream')} (or SPANNER_CDC_STREAM)")
     return settings.stream
 
 
@@ -187,7 +187,7 @@ def plan_window(
             elif min(p.start for p in partitions) > inclusive_end(end):
                 raise UsageError(
                     f"window [{start.isoformat()}, {end.isoformat()}) ends before lineage {lineage.name} begins "
-                    f"({min(p.start for p in partitions).isoformat()}): extract it into a new --namespace (a backfill)"
+                    f"({min(p.start for p in partitions).isoformat()}): extract it into a new {setting('namespace')} (a backfill)"
                 )
         store.expire_leases(lineage.id)
         store.open_window(lineage.id, start, end)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from spanner_cdc.lake.schema import LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA
+from spanner_cdc.lake.columns import LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA
 from spanner_cdc.source.records import ColumnType, DataChangeRecord
 
 # Fixed namespace of the event ids: changing it would change every uuid ever landed.

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from spanner_cdc.errors import ConfigError
+from spanner_cdc.errors import ConfigError, setting
 
 STAGING_DIR = "_staging"
 WINDOWS_DIR = "_windows"
@@ -17,7 +17,7 @@ JOURNAL_NAME = "publishing.json"
 _SAFE_TABLE = re.compile(r"^[A-Za-z0-9_\-.$]+$")
 # a URL's scheme (gs://, s3://): Path() keeps it as a first component "gs:"
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/")
-OUTPUT_ROOT_FIELD = "output root (--output-root / SPANNER_CDC_OUTPUT_ROOT)"
+OUTPUT_ROOT_FIELD = setting("output_root")
 
 
 def compact_time(value: datetime) -> str:

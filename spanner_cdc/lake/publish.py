@@ -15,8 +15,8 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
+from spanner_cdc.lake.columns import PARTITION_COLUMN
 from spanner_cdc.lake.layout import LakeLayout
-from spanner_cdc.lake.schema import PARTITION_COLUMN
 from spanner_cdc.store.models import ManifestFile
 
 log = logging.getLogger(__name__)

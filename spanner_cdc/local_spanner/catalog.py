@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 import threading
@@ -12,6 +13,7 @@ from typing import Any, Protocol
 
 from spanner_cdc.local_spanner import ddl
 from spanner_cdc.local_spanner.clock import ServerClock
+from spanner_cdc.local_spanner.group_commit import group_commit
 from spanner_cdc.local_spanner.keysets import Rows
 from spanner_cdc.local_spanner.model import QueryError, RowChange, StreamDef, TableInfo
 from spanner_cdc.local_spanner.mutations import MutationSet
@@ -101,6 +103,9 @@ class Catalog:
         self.clock: ServerClock | None = None
         self.engine: Engine | None = None
         self.last_timestamp: datetime | None = None  # newest commit / DDL timestamp in the journal
+        # server transaction ids: unique per process start by the random prefix, without a urandom call per commit
+        self._transaction_prefix = secrets.token_hex(6)
+        self._transactions = itertools.count()
 
     # -- start-up -------------------------------------------------------------------------------
 
@@ -308,31 +313,53 @@ class Catalog:
     ) -> datetime:
         """Apply mutations (after a read-write transaction's DML effects, `prepared`) atomically; returns the commit
         timestamp. Raises QueryError and changes nothing on a bad mutation or when `check` (conflicts) refuses."""
-        with self.lock:
+        with self.lock, group_commit():
+            return self._commit_locked(self.database(db), mutations, transaction_tag, prepared, check)
+
+    def commit_groups(self, db: str, groups: Sequence[Iterable[Any]], transaction_tag: str = "") -> list[datetime | QueryError]:
+        """Each group of mutations committed as its own transaction, in order, with one journal flush for all
+        (BatchWrite); per group its commit timestamp, or the QueryError that refused it (and changed nothing)."""
+        outcomes: list[datetime | QueryError] = []
+        with self.lock, group_commit():
             database = self.database(db)
-            assert self.clock is not None
-            commit_ts = self.clock.next_commit_timestamp()
-            changes = prepared or MutationSet(database.schema, database.data)
-            try:
-                if check is not None:
-                    check(database)
-                changes.set_commit_timestamp(format_timestamp(commit_ts))
-                changes.apply(mutations)
-            except QueryError:
-                self._pass_time(db, [commit_ts])
-                raise
-            writes = changes.writes()
-            if writes:
-                # journal before the engine: a crash in between loses a change record, never reorders time
-                self._record({"op": "commit", "db": db, "ts": format_timestamp(commit_ts),
-                              "writes": [[table, list(key), row] for table, key, row in writes]})
-            if self.engine is not None:
-                self.engine.commit(db, commit_ts, secrets.token_hex(10), transaction_tag, changes.changes())
-            horizon = database.earliest_version_time(commit_ts)
-            for table, key, row in writes:
-                self._write_row(database, commit_ts, table, key, row, horizon)
-            self._saw(commit_ts)
-            return commit_ts
+            for mutations in groups:
+                try:
+                    outcomes.append(self._commit_locked(database, mutations, transaction_tag, None, None))
+                except QueryError as exc:
+                    outcomes.append(exc)
+        return outcomes
+
+    def _next_transaction_id(self) -> str:
+        return f"{self._transaction_prefix}{next(self._transactions):08x}"
+
+    def _commit_locked(
+        self, database: Database, mutations: Iterable[Any], transaction_tag: str, prepared: MutationSet | None,
+        check: Callable[[Database], None] | None,
+    ) -> datetime:
+        assert self.clock is not None
+        db = database.name
+        commit_ts = self.clock.next_commit_timestamp()
+        changes = prepared or MutationSet(database.schema, database.data)
+        try:
+            if check is not None:
+                check(database)
+            changes.set_commit_timestamp(format_timestamp(commit_ts))
+            changes.apply(mutations)
+        except QueryError:
+            self._pass_time(db, [commit_ts])
+            raise
+        writes = changes.writes()
+        if writes:
+            # journal before the engine: a crash in between loses a change record, never reorders time
+            self._record({"op": "commit", "db": db, "ts": format_timestamp(commit_ts),
+                          "writes": [[table, list(key), row] for table, key, row in writes]})
+        if self.engine is not None:
+            self.engine.commit(db, commit_ts, self._next_transaction_id(), transaction_tag, changes.changes())
+        horizon = database.earliest_version_time(commit_ts)
+        for table, key, row in writes:
+            self._write_row(database, commit_ts, table, key, row, horizon)
+        self._saw(commit_ts)
+        return commit_ts
 
     def databases_of(self, instance: str) -> Iterator[Database]:
         prefix = instance + "/databases/"

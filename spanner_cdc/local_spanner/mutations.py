@@ -154,7 +154,9 @@ class MutationSet:
         touched.written.clear()
 
     def _matching_keys(self, table: TableDef, key_set: Any) -> list[Key]:
-        return matching_keys(table, self.schema.postgres, self.rows(table), key_set)
+        # keys alone need only membership: no copy of the whole table per delete (a commit's cost stays flat)
+        rows = self.rows(table) if key_set.all_ or key_set.ranges else _Present(self, table)
+        return matching_keys(table, self.schema.postgres, rows, key_set)
 
     def changes(self) -> list[RowChange]:
         """One row change per touched row (net effect, in first-touch order); untouched net no-ops dropped."""
@@ -181,6 +183,17 @@ class MutationSet:
 
     def writes(self) -> list[tuple[str, Key, dict[str, Any] | None]]:
         return [(t.table.name, t.key, t.after) for t in self._touched.values() if t.before is not None or t.after is not None]
+
+
+class _Present(dict[Key, dict[str, Any]]):
+    """`key in rows` as the mutation set sees the table (its own writes included); nothing else is answered."""
+
+    def __init__(self, changes: MutationSet, table: TableDef) -> None:
+        super().__init__()
+        self._changes, self._table = changes, table
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and self._changes.current(self._table, key) is not None
 
 
 def _show(key: Key) -> str:

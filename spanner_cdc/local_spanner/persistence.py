@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.local_spanner.group_commit import deferred
+
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "catalog.jsonl"
@@ -17,7 +19,8 @@ CLOCK_MARK_NAME = "clock.json"
 
 
 class Journal:
-    """Append-only; every entry is flushed before the call that wrote it returns, so a killed server keeps it."""
+    """Append-only; every entry is flushed before the call that wrote it returns (or, inside a group commit, before
+    the group's callers are answered), so a killed server keeps it."""
 
     def __init__(self, data_dir: Path, fsync: bool = False) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -50,6 +53,11 @@ class Journal:
         line = json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n"
         with self._lock:
             self._file.write(line)
+        if not deferred(self):
+            self.sync()
+
+    def sync(self) -> None:
+        with self._lock:
             self._file.flush()
             if self.fsync:
                 os.fsync(self._file.fileno())

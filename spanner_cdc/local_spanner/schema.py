@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from spanner_cdc.local_spanner import ddl
@@ -25,12 +26,24 @@ class TableDef:
     key: tuple[tuple[str, bool], ...]  # (column, descending)
 
     def column(self, name: str, postgres: bool) -> ddl.ColumnDef | None:
-        for column in self.columns:
-            if column.name == name or (not postgres and column.name.lower() == name.lower()):
-                return column
-        return None
+        found = self._by_name.get(name)
+        if found is None and not postgres:
+            found = self._by_lower_name.get(name.lower())
+        return found
 
-    @property
+    # derived from the frozen fields once: every written value looks its column up (the commit path)
+    @cached_property
+    def _by_name(self) -> dict[str, ddl.ColumnDef]:
+        return {column.name: column for column in self.columns}
+
+    @cached_property
+    def _by_lower_name(self) -> dict[str, ddl.ColumnDef]:
+        out: dict[str, ddl.ColumnDef] = {}
+        for column in self.columns:
+            out.setdefault(column.name.lower(), column)
+        return out
+
+    @cached_property
     def key_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.key)
 

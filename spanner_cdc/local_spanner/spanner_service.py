@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 from google.cloud.spanner_v1.types import (
     BatchCreateSessionsRequest,
+    BatchWriteRequest,
     BeginTransactionRequest,
     CommitRequest,
     CommitResponse,
@@ -32,6 +33,7 @@ from google.cloud.spanner_v1.types import Transaction as TransactionPb
 from google.protobuf import empty_pb2, timestamp_pb2
 
 from spanner_cdc.local_spanner import sql, wire
+from spanner_cdc.local_spanner.batch_write import batch_write
 from spanner_cdc.local_spanner.catalog import Catalog, Database
 from spanner_cdc.local_spanner.catalog_queries import stream_arguments
 from spanner_cdc.local_spanner.dml import run_dml
@@ -166,6 +168,9 @@ class SpannerService:
                 len(getattr(m, m.WhichOneof("operation")).values) or 1 for m in request.mutations
             )
         return response.SerializeToString()
+
+    def batch_write(self, request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
+        return batch_write(self.catalog, self._session(request.session).database, request)
 
     def rollback(self, request: Any, context: grpc.ServicerContext) -> bytes:
         with self._lock:
@@ -402,5 +407,6 @@ def handlers(service: SpannerService) -> grpc.GenericRpcHandler:
             "ExecuteBatchDml": unary(service.execute_batch_dml, ExecuteBatchDmlRequest),
             "PartitionQuery": unary(service.partition_query, PartitionQueryRequest),
             "PartitionRead": unary(service.partition_read, PartitionReadRequest),
+            "BatchWrite": streaming(service.batch_write, BatchWriteRequest),
         },
     )

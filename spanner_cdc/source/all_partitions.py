@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 from spanner_cdc.errors import SourceError
 from spanner_cdc.source.queries import validate_window
-from spanner_cdc.source.record_json import rfc3339
 from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord
+from spanner_cdc.times import rfc3339
 
 log = logging.getLogger(__name__)
 

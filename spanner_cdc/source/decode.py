@@ -51,20 +51,38 @@ class _Malformed(Exception):
     """Raised inside the hot path; carries what was wrong, the caller adds the raw row."""
 
 
-def row_mapper(dialect: str, fields: Sequence[Any]) -> RowMapper:
+def row_mapper(dialect: str, fields: Sequence[Any], decode_row: Callable[[Any], list[Any]] | None = None) -> RowMapper:
     """A function row -> records for one result set; field positions are looked up once, here.
 
-    PostgreSQL rows may also be undecoded (`lazy_decode=True`): the JSON text is parsed here, once,
-    instead of through the client's JsonObject wrapper (see `lazy_decode(dialect)`)."""
+    Rows may also be undecoded (`lazy_decode=True`, lists of protobuf Values): PostgreSQL's JSON text is
+    parsed here, once, instead of through the client's JsonObject wrapper; GoogleSQL's ChangeRecord is read
+    straight from the protobuf values (decode_wire.py) when the metadata has the documented shape, and
+    otherwise decoded by the client (`decode_row`, the result set's own decode_row)."""
     dialect = validate_dialect(dialect)
     if dialect == POSTGRESQL:
         return _postgresql_mapper(fields)
-    return _googlesql_mapper(fields)
+    from spanner_cdc.source.decode_wire import wire_mapper  # it builds on this module's checks
+
+    decoded = _googlesql_mapper(fields)
+    wire = wire_mapper(fields)
+
+    def map_row(row: Sequence[Any]) -> list[ChangeRecord]:
+        if not row or type(row[0]) is not _WireValue:
+            return decoded(row)
+        if wire is not None:
+            return wire(row)
+        if decode_row is None:
+            raise SourceError("an undecoded GoogleSQL row of an unexpected shape, and no decoder for it", raw=row)
+        return decoded(decode_row(row))
+
+    return map_row
 
 
 def lazy_decode(dialect: str) -> bool:
-    """Whether the reader should ask the client for undecoded rows: yes for PostgreSQL's JSON column."""
-    return validate_dialect(dialect) == POSTGRESQL
+    """Whether the reader should ask the client for undecoded rows: yes, for both dialects (row_mapper reads
+    them faster than the client's per-value decoding)."""
+    validate_dialect(dialect)
+    return True
 
 
 # ---- shared field checks and record construction -------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError
+from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError, setting
 from spanner_cdc.source.decode import lazy_decode, row_mapper
 from spanner_cdc.source.queries import (
     build_query,
@@ -19,8 +19,8 @@ from spanner_cdc.source.queries import (
     validate_stream_name,
     validate_window,
 )
-from spanner_cdc.source.record_json import rfc3339
 from spanner_cdc.source.records import ChangeRecord, DataChangeRecord, HeartbeatRecord
+from spanner_cdc.times import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class PartitionReader:
             mapper = None
             for row in results:
                 if mapper is None:  # the metadata arrives with the first message
-                    mapper = row_mapper(self.dialect, results.fields)
+                    mapper = row_mapper(self.dialect, results.fields, results.decode_row)
                 yield from mapper(row)
 
     def _error(self, exc: gexc.GoogleAPICallError, token: str | None, start: datetime) -> Exception:
@@ -191,7 +191,7 @@ class PartitionReader:
             return RetentionError(
                 f"{where}: the window start {rfc3339(start)} has left the change stream's retention period "
                 f"or precedes the stream's creation (Spanner: {message}); start at a time within the "
-                "retention period (a later --start / window), or lengthen the stream's retention_period for the future"
+                f"retention period (a later {setting('start')} / window), or lengthen the stream's retention_period for the future"
             )
         if isinstance(exc, gexc.NotFound):
             return NotFound(f"{where}: {message}")

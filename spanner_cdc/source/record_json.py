@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord, dispatch
-
-
-def rfc3339(value: datetime) -> str:
-    """UTC, always six fractional digits, `Z`: 2022-09-27T12:30:00.123456Z."""
-    utc = value.astimezone(UTC) if value.utcoffset() else value
-    return (
-        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
-        f".{utc.microsecond:06d}Z"
-    )
+from spanner_cdc.times import rfc3339
 
 
 def record_to_json(record: ChangeRecord, token: str | None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.lake.schema import LAKE_SCHEMA, spark_ddl
+from spanner_cdc.lake.columns import LAKE_SCHEMA, spark_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

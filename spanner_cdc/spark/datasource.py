@@ -7,7 +7,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from spanner_cdc.lake.schema import spark_ddl
+from spanner_cdc.lake.columns import spark_ddl
 from spanner_cdc.spark.executor import FILES_DDL, land_token, read_token
 from spanner_cdc.spark.spec import TokenJobSpec
 

@@ -13,10 +13,10 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spanner_cdc.lake.columns import PARTITION_COLUMN
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
-from spanner_cdc.lake.schema import PARTITION_COLUMN
 from spanner_cdc.source.records import ChangeRecord, DataChangeRecord
-from spanner_cdc.spark.control import ControlSummary
+from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 
 FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT"

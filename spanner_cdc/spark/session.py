@@ -5,14 +5,19 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from spanner_cdc.errors import ConfigError, SparkStartError
+from spanner_cdc.masking import mask_spark_master
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -127,7 +132,7 @@ def _create(master: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
     if run_mode(master) == CONNECT:
-        log.info("spark: connecting to Spark Connect server %s", master)
+        log.info("spark: connecting to Spark Connect server %s", mask_spark_master(master))
         return SparkSession.builder.remote(master).appName(APP_NAME).getOrCreate()
     active = SparkSession.getActiveSession()
     if active is None and SparkSession._instantiatedSession is not None:  # type: ignore[attr-defined]
@@ -176,7 +181,8 @@ def _start_driver(builder: Any, master: str) -> SparkSession:
 
     for attempt in range(1, JVM_START_ATTEMPTS + 1):
         try:
-            return builder.getOrCreate()  # type: ignore[no-any-return]
+            with _spawn_without_fork_handlers():
+                return builder.getOrCreate()  # type: ignore[no-any-return]
         except PySparkRuntimeError as exc:
             if exc.getCondition() != "JAVA_GATEWAY_EXITED":
                 raise
@@ -186,6 +192,38 @@ def _start_driver(builder: Any, master: str) -> SparkSession:
         f"Spark's driver JVM for master {master} exited while starting ({JVM_START_ATTEMPTS} tries; "
         f"its own messages, if any, are above): {JVM_HINT}"
     )
+
+
+# pyspark starts spark-submit with a preexec_fn (it keeps Ctrl-C away from the JVM). A preexec_fn makes Python
+# fork() instead of vfork(), and fork() runs gRPC's fork handlers in the child: while the Spanner client's gRPC
+# threads are busy, a few children in a hundred abort there, before exec, so no JVM ever starts and pyspark
+# reports JAVA_GATEWAY_EXITED. Spawned without a preexec_fn, no fork handler runs; SIGINT is ignored in this
+# process around the spawn instead (a Ctrl-C in those milliseconds is lost), which the child inherits through exec.
+@contextmanager
+def _spawn_without_fork_handlers() -> Iterator[None]:
+    """While pyspark launches its gateway here, its Popen is `spawn_ignoring_sigint`."""
+    from pyspark import java_gateway
+
+    original = java_gateway.Popen
+    java_gateway.Popen = spawn_ignoring_sigint  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        java_gateway.Popen = original  # type: ignore[misc]
+
+
+def spawn_ignoring_sigint(args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+    """Popen without preexec_fn; the child starts with SIGINT ignored when this is the main thread (only it may
+    change handlers; elsewhere the child gets the default, and Ctrl-C reaches it as it reaches this process)."""
+    kwargs.pop("preexec_fn", None)
+    handler = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or handler is None:
+        return subprocess.Popen(args, **kwargs)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return subprocess.Popen(args, **kwargs)
+    finally:
+        signal.signal(signal.SIGINT, handler)
 
 
 def ensure_source_registered(session: SparkSession) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.lake.envelope import DEFAULT_MAX_ROWS
-from spanner_cdc.spark.control import CONTROL_NAME
+from spanner_cdc.spark.control_file import CONTROL_NAME
 
 DATA_DIR = "data"
 WRITER_ENV = "SPANNER_CDC_LAKE_WRITER"

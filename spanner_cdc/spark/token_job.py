@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spanner_cdc.errors import ExtractError, NotFound, RetentionError, SourceError, SpannerCdcError
-from spanner_cdc.lake.schema import PARTITION_COLUMN, spark_ddl
+from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
 from spanner_cdc.names import short_token
-from spanner_cdc.spark.control import ControlSummary
+from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.datasource import SOURCE_NAME
 from spanner_cdc.spark.executor import FILES_DDL
 from spanner_cdc.spark.spec import TokenJobSpec

@@ -10,7 +10,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from spanner_cdc.errors import SchemaOutdated, StoreError, StoreUnreachable
+from spanner_cdc.errors import SchemaOutdated, StoreError, StoreUnreachable, setting
 from spanner_cdc.masking import mask_password
 from spanner_cdc.store import url as store_url
 
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 UPGRADE_HINT = "run `spanner-cdc db upgrade`"
-POINT_ELSEWHERE = "start it, or point to another with --metadata-url / SPANNER_CDC_METADATA_URL"
+POINT_ELSEWHERE = f"start it, or point to another with {setting('metadata_url')} (or SPANNER_CDC_METADATA_URL)"
 # deadlock_detected, serialization_failure: the whole transaction is safe to run again
 RETRYABLE_PGCODES = frozenset({"40P01", "40001"})
 UNDEFINED_TABLE = "42P01"

@@ -8,7 +8,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from spanner_cdc.errors import NotFound, StoreError
+from spanner_cdc.errors import NotFound, StoreError, setting
 from spanner_cdc.lineage import rules
 from spanner_cdc.source.records import ChildPartition
 from spanner_cdc.store.base import (
@@ -64,7 +64,7 @@ class LineageQueries(StoreBase):
                 if lineage.database:
                     raise StoreError(
                         f"lineage {lineage.name} belongs to Spanner database {lineage.database!r}, not {database!r}: "
-                        "use another --namespace for another database"
+                        f"use another {setting('namespace')} for another database"
                     )
                 conn.execute(
                     sa.text("UPDATE cdc_lineages SET database = :database WHERE id = :id"),

@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spanner_cdc.lineage.rules import State
+from spanner_cdc.names import short_token
 from spanner_cdc.store.models import LineageGraph, PartitionRow, WindowRow
+from spanner_cdc.times import human_duration, iso_z
 
 FORMATS = ("text", "json", "dot")
-SHORT_TOKEN = 24
 STATE_COLOURS = {
     State.CREATED: "#eeeeee",
     State.READY: "#bbdefb",
@@ -32,14 +33,6 @@ def render(graph: LineageGraph, fmt: str, *, now: datetime | None = None) -> str
     raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
 
 
-def iso(value: datetime | None) -> str | None:
-    """ISO 8601 in UTC with a Z, microseconds only when there are some."""
-    if value is None:
-        return None
-    value = value.astimezone(UTC)
-    spec = "microseconds" if value.microsecond else "seconds"
-    return value.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
-
 
 def lag_seconds(node: PartitionRow, now: datetime) -> float | None:
     """How far the partition's landed data trails `now`; None once it is finished."""
@@ -48,45 +41,24 @@ def lag_seconds(node: PartitionRow, now: datetime) -> float | None:
     return max(0.0, (now - node.effective_watermark).total_seconds())
 
 
-def human_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    whole = int(seconds)
-    if whole < 1:
-        return "<1s"
-    days, rest = divmod(whole, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def short(token: str) -> str:
-    """Real tokens are long base64 strings; the text view keeps both ends (JSON has them whole)."""
-    return token if len(token) <= SHORT_TOKEN else f"{token[:10]}...{token[-8:]}"
 
 
 def _node_line(node: PartitionRow, now: datetime, known: set[str]) -> str:
-    parts = [short(node.token), node.state.value, f"start {iso(node.start)}"]
+    parts = [short_token(node.token), node.state.value, f"start {iso_z(node.start)}"]
     if node.state is State.FINISHED:
-        parts.append(f"end {iso(node.end)}")
+        parts.append(f"end {iso_z(node.end)}")
     else:
-        parts.append(f"watermark {iso(node.watermark) or '-'}")
+        parts.append(f"watermark {iso_z(node.watermark) or '-'}")
         parts.append(f"lag {human_duration(lag_seconds(node, now))}")
     if node.attempts:
         parts.append(f"attempts {node.attempts}")
     if node.state in (State.RUNNING, State.SCHEDULED) and node.lease_owner:
-        parts.append(f"lease {node.lease_owner} until {iso(node.lease_expires_at)}")
+        parts.append(f"lease {node.lease_owner} until {iso_z(node.lease_expires_at)}")
     if len(node.parents) > 1:
-        parts.append("merge of " + ", ".join(short(p) for p in node.parents))
+        parts.append("merge of " + ", ".join(short_token(p) for p in node.parents))
     unknown = [p for p in node.parents if p not in known]
     if unknown:
-        parts.append("waiting for unknown parent " + ", ".join(short(p) for p in unknown))
+        parts.append("waiting for unknown parent " + ", ".join(short_token(p) for p in unknown))
     if node.last_error:
         error = node.last_error.splitlines()[0] if node.last_error.strip() else node.last_error
         parts.append(f"last error: {error[:80]}")
@@ -98,7 +70,7 @@ def _summary(graph: LineageGraph, now: datetime) -> list[str]:
     counts = Counter(node.state.value for node in graph.nodes)
     by_state = ", ".join(f"{counts[s.value]} {s.value}" for s in State if counts[s.value])
     low = graph.low_watermark
-    low_text = f"{iso(low)} (lag {human_duration(max(0.0, (now - low).total_seconds()))})" if low else "- (all finished)"
+    low_text = f"{iso_z(low)} (lag {human_duration(max(0.0, (now - low).total_seconds()))})" if low else "- (all finished)"
     database = f", database {lineage.database}" if lineage.database else ""
     lines = [
         f"lineage {lineage.name} (id {lineage.id}{database}): {len(graph.nodes)} partitions"
@@ -111,7 +83,7 @@ def _summary(graph: LineageGraph, now: datetime) -> list[str]:
         text = f"windows: {len(complete)} complete, {len(open_windows)} open"
         if complete:
             last = complete[-1]
-            text += f"; last complete [{iso(last.start)}, {iso(last.end)}) with {last.records} records in {last.files} files"
+            text += f"; last complete [{iso_z(last.start)}, {iso_z(last.end)}) with {last.records} records in {last.files} files"
         lines.append(text)
     return lines
 
@@ -135,7 +107,7 @@ def render_text(graph: LineageGraph, *, now: datetime) -> str:
     def walk(token: str, prefix: str, last: bool, top: bool) -> None:
         branch = "" if top else ("└─ " if last else "├─ ")
         if token in shown:
-            lines.append(f"{prefix}{branch}{short(token)}  (merge child, shown above)")
+            lines.append(f"{prefix}{branch}{short_token(token)}  (merge child, shown above)")
             return
         shown.add(token)
         lines.append(prefix + branch + _node_line(by_token[token], now, known))
@@ -151,15 +123,15 @@ def render_text(graph: LineageGraph, *, now: datetime) -> str:
 
 def _window_json(window: WindowRow) -> dict[str, Any]:
     return {
-        "start": iso(window.start),
-        "end": iso(window.end),
+        "start": iso_z(window.start),
+        "end": iso_z(window.end),
         "state": window.state,
         "records": window.records,
         "files": window.files,
         "transaction_check": window.transaction_check,
         "marker_path": window.marker_path,
-        "opened_at": iso(window.opened_at),
-        "closed_at": iso(window.closed_at),
+        "opened_at": iso_z(window.opened_at),
+        "closed_at": iso_z(window.closed_at),
     }
 
 
@@ -167,17 +139,17 @@ def _node_json(node: PartitionRow, now: datetime) -> dict[str, Any]:
     return {
         "token": node.token,
         "state": node.state.value,
-        "start": iso(node.start),
-        "end": iso(node.end),
-        "watermark": iso(node.watermark),
+        "start": iso_z(node.start),
+        "end": iso_z(node.end),
+        "watermark": iso_z(node.watermark),
         "lag_seconds": lag_seconds(node, now),
-        "created_at": iso(node.created_at),
-        "ready_at": iso(node.ready_at),
-        "scheduled_at": iso(node.scheduled_at),
-        "running_at": iso(node.running_at),
-        "finished_at": iso(node.finished_at),
+        "created_at": iso_z(node.created_at),
+        "ready_at": iso_z(node.ready_at),
+        "scheduled_at": iso_z(node.scheduled_at),
+        "running_at": iso_z(node.running_at),
+        "finished_at": iso_z(node.finished_at),
         "lease_owner": node.lease_owner,
-        "lease_expires_at": iso(node.lease_expires_at),
+        "lease_expires_at": iso_z(node.lease_expires_at),
         "attempts": node.attempts,
         "last_error": node.last_error,
         "parents": list(node.parents),
@@ -194,10 +166,10 @@ def render_json(graph: LineageGraph, *, now: datetime) -> str:
             "stream": lineage.stream,
             "namespace": lineage.namespace,
             "database": lineage.database,
-            "created_at": iso(lineage.created_at),
+            "created_at": iso_z(lineage.created_at),
         },
-        "as_of": iso(now),
-        "low_watermark": iso(low),
+        "as_of": iso_z(now),
+        "low_watermark": iso_z(low),
         "lag_seconds": None if low is None else max(0.0, (now - low).total_seconds()),
         "partitions": [_node_json(node, now) for node in graph.nodes],
         "edges": [{"parent": parent, "child": child} for parent, child in graph.edges],
@@ -222,11 +194,11 @@ def render_dot(graph: LineageGraph) -> str:
     ]
     known = {node.token for node in graph.nodes}
     for node in graph.nodes:
-        mark = iso(node.end) if node.state is State.FINISHED else (iso(node.watermark) or "-")
-        label = f"{_dot_escape(short(node.token))}\\n{node.state.value}\\n{'end' if node.state is State.FINISHED else 'wm'} {mark}"
+        mark = iso_z(node.end) if node.state is State.FINISHED else (iso_z(node.watermark) or "-")
+        label = f"{_dot_escape(short_token(node.token))}\\n{node.state.value}\\n{'end' if node.state is State.FINISHED else 'wm'} {mark}"
         lines.append(f'  {_dot_id(node.token)} [label="{label}", fillcolor="{STATE_COLOURS[node.state]}"];')
     for parent in sorted({p for p, _ in graph.edges} - known):
-        lines.append(f'  {_dot_id(parent)} [label="{_dot_escape(short(parent))}\\nunknown", style=dashed, fillcolor=white];')
+        lines.append(f'  {_dot_id(parent)} [label="{_dot_escape(short_token(parent))}\\nunknown", style=dashed, fillcolor=white];')
     for parent, child in graph.edges:
         lines.append(f"  {_dot_id(parent)} -> {_dot_id(child)};")
     lines.append("}")

@@ -8,11 +8,10 @@ from datetime import datetime
 from html import escape
 from urllib.parse import quote, urlencode
 
+from spanner_cdc.times import display_time, human_duration
 from spanner_cdc.ui import tables
 from spanner_cdc.ui.health import StuckPartition, state_counts, stuck
 from spanner_cdc.ui.svg import STATE_COLOURS, legend_svg, render_lineage_svg
-from spanner_cdc.ui.tables import duration as _duration
-from spanner_cdc.ui.tables import ts as _ts
 from spanner_cdc.ui.view import StreamView
 
 STYLE = """
@@ -58,7 +57,7 @@ def render_index(base: str, views: Sequence[StreamView], store_label: str, now: 
             f'<tr data-stream="{_e(ln.stream)}" data-namespace="{_e(ln.namespace)}">'
             f'<td><a href="{_e(stream_href(base, ln.stream, ln.namespace))}">{_e(ln.stream)}</a></td>'
             f"<td>{_e(ln.namespace)}</td><td>{_e(ln.database) or '—'}</td><td>{_e(counts)}</td>"
-            f"<td class=num>{_duration(lag)}</td><td class=num>{complete} / {len(view.windows)}</td>"
+            f"<td class=num>{human_duration(lag, '—')}</td><td class=num>{complete} / {len(view.windows)}</td>"
             f'<td class="num {"bad" if stuck_count else "ok"}">{stuck_count}</td></tr>'
         )
     table = (
@@ -70,7 +69,7 @@ def render_index(base: str, views: Sequence[StreamView], store_label: str, now: 
     body = (
         f"<h1>Spanner CDC lineages</h1><p class=muted>metadata store: <code>{_e(store_label)}</code> · "
         f'<a href="{_e(base)}/api/lineages">JSON</a> · <a href="{_e(base)}/metrics">metrics</a> · '
-        f"shown at {_ts(now, precise=False)}</p>{table}"
+        f"shown at {display_time(now, precise=False)}</p>{table}"
     )
     return _page("Spanner CDC", body)
 
@@ -82,9 +81,9 @@ def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime
     complete = sum(1 for w in view.windows if w.complete)
     cards = [
         ("partitions", str(len(view.partitions)), counts or "none"),
-        ("low watermark", _duration(lag) + " ago" if lag is not None else "—", _ts(view.low_watermark)),
+        ("low watermark", human_duration(lag, '—') + " ago" if lag is not None else "—", display_time(view.low_watermark)),
         ("windows complete", f"{complete} / {len(view.windows)}",
-         f"newest {_ts(newest.start)} → {_ts(newest.end)}" if newest else "no window yet"),
+         f"newest {display_time(newest.start)} → {display_time(newest.end)}" if newest else "no window yet"),
         ("stuck", str(len({s.token for s in stuck_list})), "see the stuck list" if stuck_list else "nothing stuck"),
     ]
     return '<div class="cards">' + "".join(
@@ -164,7 +163,7 @@ def render_stream(
     )  # fmt: skip
     body = (
         f'<p class=muted><a href="{_e(base)}/">all lineages</a> · namespaces: {others} · '
-        f'<a href="{_e(api)}">JSON</a> · store <code>{_e(store_label)}</code> · shown at {_ts(now, precise=False)}</p>'
+        f'<a href="{_e(api)}">JSON</a> · store <code>{_e(store_label)}</code> · shown at {display_time(now, precise=False)}</p>'
         f"<h1>{_e(ln.stream)} <span class=muted>namespace {_e(ln.namespace)}"
         f"{' · database ' + _e(ln.database) if ln.database else ''}</span></h1>"
         f"{_cards(view, stuck_list, now)}"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from html import escape
 from typing import TypeVar
 
+from spanner_cdc.times import display_time, human_duration
 from spanner_cdc.ui.health import StuckPartition, lag_seconds
 from spanner_cdc.ui.svg import STATE_COLOURS
 from spanner_cdc.ui.view import PartitionView, StreamView, WindowView
@@ -23,22 +23,6 @@ Href = Callable[[dict[str, str | None]], str]
 
 def _e(value: object) -> str:
     return escape("" if value is None else str(value))
-
-
-def ts(value: datetime | None, precise: bool = True) -> str:
-    """Watermarks keep their microseconds (a window ends at E - 1 µs); wall-clock times do not need them."""
-    if value is None:
-        return "—"
-    return value.strftime("%Y-%m-%d %H:%M:%S.%f UTC" if precise and value.microsecond else "%Y-%m-%d %H:%M:%S UTC")
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
 
 
 def state_badge(state: str) -> str:
@@ -91,8 +75,8 @@ def open_windows_table(view: StreamView) -> str:
     if not open_ones:
         return "<p id=open-windows class=ok>No open window: every window is complete.</p>"
     rows = "".join(
-        f'<tr data-open-window="{_e(w.start.isoformat())}"><td>{ts(w.start)}</td><td>{ts(w.end)}</td>'
-        f"<td>{_e(w.state)}</td><td>{ts(w.opened_at, precise=False)}</td></tr>"
+        f'<tr data-open-window="{_e(w.start.isoformat())}"><td>{display_time(w.start)}</td><td>{display_time(w.end)}</td>'
+        f"<td>{_e(w.state)}</td><td>{display_time(w.opened_at, precise=False)}</td></tr>"
         for w in open_ones
     )
     return f"<table id=open-windows><tr><th>start</th><th>end</th><th>state</th><th>opened</th></tr>{rows}</table>"
@@ -123,7 +107,7 @@ def frontier_table(view: StreamView, requested: int, href: Href) -> str:
     page = page_of(rows_all, requested, FRONTIER_PAGE)
     rows = "".join(
         f'<tr data-token="{_e(p.token)}"><td class=mono>{_e(p.token)}</td><td>{state_badge(p.state)}</td>'
-        f"<td>{ts(p.watermark)}</td><td class=num>{duration(lag)}</td><td class=num>{p.attempts}</td>"
+        f"<td>{display_time(p.watermark)}</td><td class=num>{human_duration(lag, '—')}</td><td class=num>{p.attempts}</td>"
         f"<td>{_e(_lease(p))}</td></tr>"
         for p, lag in page.slice(rows_all)
     )
@@ -135,7 +119,7 @@ def frontier_table(view: StreamView, requested: int, href: Href) -> str:
 
 
 def _lease(p: PartitionView) -> str:
-    return f"{p.lease_owner} until {ts(p.lease_expires_at, precise=False)}" if p.lease_owner else "—"
+    return f"{p.lease_owner} until {display_time(p.lease_expires_at, precise=False)}" if p.lease_owner else "—"
 
 
 def _check_cell(window: WindowView) -> str:
@@ -151,10 +135,10 @@ def windows_table(view: StreamView, requested: int, href: Href) -> str:
     page = page_of(newest_first, requested, WINDOWS_PAGE)
     rows = "".join(
         f'<tr data-window-start="{_e(w.start.isoformat())}" data-complete="{str(w.complete).lower()}">'
-        f"<td>{ts(w.start)}</td><td>{ts(w.end)}</td><td>{_e(w.state)}</td>"
+        f"<td>{display_time(w.start)}</td><td>{display_time(w.end)}</td><td>{_e(w.state)}</td>"
         f'<td class="{"ok" if w.complete else "bad"}">{"complete" if w.complete else "open"}</td>'
         f"<td class=num>{_e(w.records) or '—'}</td><td class=num>{_e(w.files) or '—'}</td>"
-        f"<td>{_check_cell(w)}</td><td class=num>{duration(w.duration_seconds)}</td></tr>"
+        f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td></tr>"
         for w in page.slice(newest_first)
     )
     table = (
@@ -175,8 +159,8 @@ def partitions_table(view: StreamView, requested: int, href: Href, query: str = 
     for p in page.slice(matching):
         rows.append(
             f'<tr data-token="{_e(p.token)}"><td class=mono>{_e(p.token)}</td><td>{state_badge(p.state)}</td>'
-            f"<td>{ts(p.start)}</td><td>{ts(p.end)}</td><td>{ts(p.watermark)}</td>"
-            f"<td class=num>{duration(lag_seconds(p, view))}</td><td class=num>{p.attempts}</td><td>{_e(_lease(p))}</td>"
+            f"<td>{display_time(p.start)}</td><td>{display_time(p.end)}</td><td>{display_time(p.watermark)}</td>"
+            f"<td class=num>{human_duration(lag_seconds(p, view), '—')}</td><td class=num>{p.attempts}</td><td>{_e(_lease(p))}</td>"
             f"<td class=mono>{_e(', '.join(p.parents)) or '—'}</td>"
             f"<td class='error'>{_e(p.last_error) or '—'}</td></tr>"
         )

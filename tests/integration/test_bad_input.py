@@ -219,27 +219,53 @@ def test_a_bad_input_gets_one_line_and_changes_nothing(
             assert place.output_root.read_text() == "not a directory\n"
 
 
+def counting_java(root: Path) -> tuple[Path, Path]:
+    """A JAVA_HOME whose bin/java logs each JVM launch (its arguments, a line each), then runs the real java."""
+    real = Path(os.environ["JAVA_HOME"]) / "bin" / "java" if os.environ.get("JAVA_HOME") else shutil.which("java")
+    assert real is not None, "no java to wrap"
+    home, launches = root / "java-home", root / "java-launches.txt"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{launches}"\nexec "{Path(real).resolve()}" "$@"\n')
+    java.chmod(0o755)
+    return home, launches
+
+
 def test_a_driver_jvm_that_does_not_start_is_retried_once_then_one_line_says_what_to_check(
     store: MetadataStore, secret_url: str, database_id: str, local_spanner: LocalSpanner, tmp_path: Path
 ) -> None:
-    """A JVM that refuses to start for real: a driver heap far below what the JVM accepts."""
+    """A JVM that refuses to start for real: a driver heap far below what the JVM accepts.
+
+    Every start is counted where it happens, at the java binary: each getOrCreate runs spark-submit, whose
+    launcher JVM builds the driver's command, then the driver JVM itself. (Counting the driver's message on
+    stdout alone once missed a start: pyspark's fork() of spark-submit could die before exec, see session.py.)
+    """
     start = datetime.now(UTC)  # after the stream was created (the module fixture)
     settings = Settings(
         project=PROJECT, instance=INSTANCE, database=database_id, stream=STREAM, metadata_url=secret_url,
         output_root=tmp_path / "lake", spark_master="local[1]", emulator_host=local_spanner.host,
         namespace="jvm_start", home=tmp_path / "home",
     )  # fmt: skip
-    env = subprocess_env(settings, SPARK_DRIVER_MEMORY="1k")
+    java_home, launches = counting_java(tmp_path)
+    env = subprocess_env(settings, SPARK_DRIVER_MEMORY="1k", JAVA_HOME=str(java_home))
     window = ["--window-start", start.isoformat(), "--window-end", (start + timedelta(seconds=10)).isoformat()]
 
     result = run(["extract", *window], env, Place(tmp_path / "lake", tmp_path))
 
-    assert result.returncode == 1, result.stderr
-    assert "Traceback" not in result.stderr and SECRET not in result.stderr + result.stdout
-    # the JVM says why on stdout, once per start: twice means it was retried
-    assert result.stdout.count("Error occurred during initialization of VM") == 2
+    started = launches.read_text().splitlines() if launches.exists() else []
+    seen = f"stdout: {result.stdout!r}\nstderr: {result.stderr}\njava launches:\n" + "\n".join(started)
+    assert result.returncode == 1, seen
+    assert "Traceback" not in result.stderr and SECRET not in result.stderr + result.stdout, seen
+    # two starts: spark-submit ran Spark's launcher twice, and the run said it starts once more, once
+    launchers = [line for line in started if "org.apache.spark.launcher.Main" in line]
+    assert len(launchers) == 2, seen
+    assert result.stderr.count("exited while starting; starting it once more") == 1, seen
+    # each start reached its driver JVM, which was refused for the 1k heap and said so on stdout
+    drivers = [line for line in started if line not in launchers and "org.apache.spark.deploy.SparkSubmit" in line]
+    assert len(drivers) == 2 and all("-Xmx1k" in line.split() for line in drivers), seen
+    assert result.stdout.count("Error occurred during initialization of VM") == 2, seen
     errors = [line for line in result.stderr.splitlines() if line.startswith("spanner-cdc: error: ")]
-    assert errors == [result.stderr.splitlines()[-1]]
+    assert errors == [result.stderr.splitlines()[-1]], seen
     assert "driver JVM for master local[1] exited while starting (2 tries" in errors[0]
     assert "JAVA_HOME" in errors[0] and "java` on PATH" in errors[0] and "SPARK_DRIVER_MEMORY" in errors[0]
     assert files_under(tmp_path / "lake") == []

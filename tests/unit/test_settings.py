@@ -80,10 +80,32 @@ def test_the_output_root_is_checked_up_front_only_where_it_is_local(tmp_path: Pa
 
     (tmp_path / "file").write_text("x")
     for bad in (tmp_path / "file", tmp_path / "file" / "lake"):
-        with pytest.raises(ConfigError, match=r"--output-root / SPANNER_CDC_OUTPUT_ROOT.*file is a file"):
+        with pytest.raises(ConfigError, match=r"invalid output_root=.*file is a file"):
             check_output_root(bad)
     check_output_root(tmp_path / "new" / "lake")  # can be created
     assert not (tmp_path / "new").exists()  # and the check created nothing
     # object-store roots have no local directory to look at; Path() turns gs://b into gs:/b
     for url in ("gs://bucket/lake", "s3://bucket/lake", Path("gs://bucket/lake")):
         check_output_root(url)
+
+
+SECRET = "s3cr3t p@ss:w/rd%"  # as typed; in the URL it is quoted
+TOKEN = "sc-token-7f3a"
+
+
+def test_the_repr_shows_no_password_and_no_connect_token() -> None:
+    url = "postgresql://cdc:s3cr3t%20p%40ss%3Aw%2Frd%25@db.internal:5432/spanner_cdc"
+    settings = load_settings({"metadata_url": url, "spark_master": f"sc://connect:15002/;user_id=cdc;token={TOKEN}"}, env={})
+    shown = repr(settings)
+    assert "s3cr3t" not in shown and TOKEN not in shown, shown
+    assert "metadata_url='postgresql://cdc:***@db.internal:5432/spanner_cdc'" in shown, shown
+    assert "spark_master='sc://connect:15002/;user_id=cdc;token=***'" in shown, shown
+    assert shown.startswith("Settings(project='local-project', ") and "namespace='live'" in shown, shown
+    assert load_settings({"metadata_url": url}, env={}).metadata_url == url  # only the repr hides it
+
+
+def test_a_bad_spark_master_is_named_without_its_token() -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings({"spark_master": f"sc://connect host:15002/;token={TOKEN}"}, env={})
+    assert TOKEN not in str(error.value), error.value
+    assert "invalid --spark-master='sc://connect host:15002/;token=***'" in str(error.value), error.value

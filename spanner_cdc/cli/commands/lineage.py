@@ -53,7 +53,7 @@ def run_list(args: argparse.Namespace) -> int:
     from spanner_cdc.devstack.embedded_pg import with_dev_store
     from spanner_cdc.settings import load_settings
     from spanner_cdc.store import open_store
-    from spanner_cdc.store.render import iso
+    from spanner_cdc.times import iso_z as iso
 
     with open_store(with_dev_store(load_settings(vars(args)))) as store:
         for lineage in store.lineages():

@@ -13,8 +13,9 @@ from typing import TextIO
 
 from spanner_cdc.cli.commands._flags import add_dialect_flag, add_spanner_flags, int_or_text
 from spanner_cdc.errors import ConfigError, RetentionError, UsageError
-from spanner_cdc.source.record_json import record_to_json, rfc3339
+from spanner_cdc.source.record_json import record_to_json
 from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord, dispatch
+from spanner_cdc.times import rfc3339
 
 ORDER = 20
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from spanner_cdc.local_spanner.group_commit import deferred
+
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "journal.jsonl"
@@ -48,9 +50,14 @@ class Journal:
             self._open()
         assert self._file is not None
         self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
-        self._file.flush()
-        if self._fsync:
-            os.fsync(self._file.fileno())
+        if not deferred(self):
+            self.sync()
+
+    def sync(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            if self._fsync:
+                os.fsync(self._file.fileno())
 
     def _open(self) -> None:
         if self._good_size is None:

@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spanner_cdc.lake.columns import LAKE_SCHEMA
 from spanner_cdc.lake.layout import published_files
-from spanner_cdc.lake.schema import LAKE_SCHEMA
 
 
 def published_rows(root: Path) -> list[dict[str, Any]]:

@@ -234,3 +234,28 @@ def test_workload_command_sets_up_and_writes_its_ground_truth(local_spanner: Loc
 
     again = subprocess.run([*command[:-1]], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr  # a second run on the same database resolves existing rows
+
+
+def test_batched_workload_commits_each_transaction_alone_and_its_truth_is_read_back(
+    local_spanner: LocalSpanner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", local_spanner.host)
+    database = create_database(local_spanner.host, PROJECT, INSTANCE, unique_database_id("b"), (), "GOOGLE_STANDARD_SQL")
+    workload.setup_database(database, "GOOGLE_STANDARD_SQL", STREAM, "OLD_AND_NEW_VALUES")
+    start = parse_timestamp(local_spanner.control.status()["now"])
+    truth_path = tmp_path / "truth.jsonl"
+
+    stats = workload.run_workload(database, transactions=300, seed=5, ground_truth=truth_path, batch=20)
+
+    truth = workload.load_ground_truth(truth_path)
+    assert stats.transactions == 300 and stats.rows == len(truth) and stats.last_commit is not None
+    out = read_every_partition(database, start, stats.last_commit, postgres=False)
+    records = [r["data_change_record"] for rs in out.values() for r in rs if "data_change_record" in r]
+    assert sorted(k for r in records for k in record_keys(r)) == sorted(truth_key(row) for row in truth)
+    assert len({r["server_transaction_id"] for r in records}) == 300  # one transaction per mutation group
+    by_transaction = {row.transaction: (row.commit_timestamp, row.transaction_tag) for row in truth}
+    assert len({ts for ts, _ in by_transaction.values()}) == 300
+    tags = Counter(tag for _, tag in by_transaction.values())
+    # tagged per request of at most 20 transactions (every seventh request untagged)
+    assert "" in tags and len(tags) > 300 // 20 and max(n for tag, n in tags.items() if tag) <= 20
+    assert {"INSERT", "UPDATE", "DELETE"} <= {row.mod_type for row in truth}

@@ -56,7 +56,7 @@ def check_every_mod_once_in_key_order(lines: list[dict[str, Any]], truth: list[M
         assert commits == sorted(commits), f"{key}: changes out of commit order {commits}"
 
 
-_WORKFLOW_LOG = re.compile(r" spanner_cdc\.workflow: \S+ (\S+): (starting partition query|partition query ended)")
+_WORKFLOW_LOG = re.compile(r" spanner_cdc\.source\.all_partitions: \S+ (\S+): (starting partition query|partition query ended)")
 
 
 def check_lineage(lines: list[dict[str, Any]], debug_log: str) -> dict[str, set[str]]:

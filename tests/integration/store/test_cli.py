@@ -34,7 +34,7 @@ def test_unreachable_store_is_one_line_saying_how_to_point_elsewhere() -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("spanner-cdc: error: metadata store at postgresql://nobody@127.0.0.1:1/x is unreachable (")
-    assert lines[0].endswith("point to another with --metadata-url / SPANNER_CDC_METADATA_URL")
+    assert lines[0].endswith("point to another with --metadata-url (or SPANNER_CDC_METADATA_URL)")
 
 
 def test_upgrade_status_and_missing_schema_through_the_cli(empty_database: Callable[[], str]) -> None:

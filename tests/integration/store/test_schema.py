@@ -86,7 +86,7 @@ def test_unreachable_store_says_how_to_point_elsewhere() -> None:
         MetadataStore.connect("postgresql://nobody:hunter2@127.0.0.1:1/x")
     message = str(caught.value)
     assert message.startswith("metadata store at postgresql://nobody:***@127.0.0.1:1/x is unreachable (")
-    assert message.endswith("start it, or point to another with --metadata-url / SPANNER_CDC_METADATA_URL")
+    assert message.endswith("start it, or point to another with metadata_url (or SPANNER_CDC_METADATA_URL)")
     assert "hunter2" not in message
     assert "\n" not in message
 

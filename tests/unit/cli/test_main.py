@@ -94,3 +94,24 @@ def test_help_of_a_command_still_prints_its_whole_usage(capsys: pytest.CaptureFi
     assert out.startswith("usage: spanner-cdc extract")
     assert "--dialect {auto,GOOGLE_STANDARD_SQL,POSTGRESQL}" in out
     assert out.count("\n") > 20
+
+
+def test_settings_in_core_messages_are_flags_on_the_command_line_and_names_elsewhere(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spanner_cdc.cli.main import build_parser, flag_namer
+    from spanner_cdc.errors import UsageError, setting
+
+    error = UsageError(f"{setting('window_end')} must be after {setting('window_start')}; see {setting('no_such_flag')}")
+    assert str(error) == "window_end must be after window_start; see no_such_flag"  # Airflow and logs
+    namer = flag_namer(build_parser(), "extract")
+    assert error.message(namer) == "--window-end must be after --window-start; see no_such_flag"
+    assert flag_namer(build_parser(), "db")("metadata_url") == "--metadata-url"  # a nested subcommand's flag
+
+
+def test_a_config_error_names_a_setting_or_keeps_its_label() -> None:
+    from spanner_cdc.errors import ConfigError, as_setting
+
+    assert str(ConfigError("read_method", "x", "one of a, b")) == "invalid read_method='x': expected one of a, b"
+    assert ConfigError("read_method", "x", "a").message(lambda n: "--" + n) == "invalid --read_method='x': expected a"
+    assert ConfigError("SPANNER_CDC_STREAM", "x y", "an identifier").message(as_setting).startswith("invalid SPANNER_CDC_STREAM=")

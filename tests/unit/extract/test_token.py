@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from spanner_cdc.errors import ConfigError
+from spanner_cdc.lake.columns import LAKE_SCHEMA
 from spanner_cdc.lake.publish import staged_files
-from spanner_cdc.lake.schema import LAKE_SCHEMA
 from spanner_cdc.spark import executor
-from spanner_cdc.spark.control import ControlSummary
+from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.executor import TableFiles, envelope_batches
 from spanner_cdc.spark.spec import WRITER_ENV, TokenJobSpec, lake_writer
 from tests.unit.lake.records import T0, children, data_record, heartbeat

@@ -16,8 +16,9 @@ from spanner_cdc.cli.commands.extract import ProgressLine, describe, resolve_set
 from spanner_cdc.errors import ConfigError, ExtractError, RetentionError, SourceError, UsageError
 from spanner_cdc.extract import token as extract
 from spanner_cdc.extract import window as pipeline
-from spanner_cdc.extract.planning import check_retention, effective_start, human
+from spanner_cdc.extract.planning import check_retention, effective_start
 from spanner_cdc.store.models import Claim
+from spanner_cdc.times import spelled_duration as human
 
 S = datetime(2024, 5, 1, 10, tzinfo=UTC)
 E = S + timedelta(hours=1)
@@ -28,7 +29,7 @@ def test_window_bounds_are_aware_ordered_and_utc() -> None:
     assert pipeline._window(datetime(2024, 5, 1, 12, tzinfo=plus_two), E) == (S, E)
     with pytest.raises(UsageError, match="has no time zone"):
         pipeline._window(datetime(2024, 5, 1, 10), E)
-    with pytest.raises(UsageError, match="must be after --window-start"):
+    with pytest.raises(UsageError, match="window_end .* must be after window_start"):
         pipeline._window(E, S)
     with pytest.raises(ConfigError, match="read_method"):
         pipeline._read_method("dump")

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pyarrow as pa
 
+from spanner_cdc.lake.columns import LAKE_COLUMNS, LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA, TIMESTAMP, spark_ddl
 from spanner_cdc.lake.envelope import EVENT_NAMESPACE, EnvelopeBatcher, EnvelopeContext, event_uuid, from_micros, micros
-from spanner_cdc.lake.schema import LAKE_COLUMNS, LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA, TIMESTAMP, spark_ddl
 from tests.unit.lake.records import T0, data_record
 
 CONTRACT = (

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from spanner_cdc.lake.columns import LAKE_SCHEMA, PARTITION_COLUMN
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
 from spanner_cdc.lake.layout import LakeLayout, is_published, partition_time, published_files
 from spanner_cdc.lake.markers import write_marker
 from spanner_cdc.lake.publish import publish, read_journal, remove_orphans, staged_files
-from spanner_cdc.lake.schema import LAKE_SCHEMA, PARTITION_COLUMN
 from tests.unit.lake.records import T0, data_record
 
 E = T0 + timedelta(hours=1)

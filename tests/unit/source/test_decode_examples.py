@@ -152,8 +152,11 @@ def _decode(metadata: ResultSetMetadata, values: Sequence[Value], lazy: bool = F
     return list(results.fields), rows
 
 
-def googlesql_rows(examples: Sequence[dict[str, Any]], record_type: Type = CHANGE_RECORD_TYPE) -> tuple[list[Any], list[list[Any]]]:
-    """Each example as one GoogleSQL row: ChangeRecord = [STRUCT<data_change_record, heartbeat_record, ...>]."""
+def googlesql_rows(
+    examples: Sequence[dict[str, Any]], record_type: Type = CHANGE_RECORD_TYPE, lazy: bool = False
+) -> tuple[list[Any], list[list[Any]]]:
+    """Each example as one GoogleSQL row: ChangeRecord = [STRUCT<data_change_record, heartbeat_record, ...>];
+    `lazy`: left undecoded (protobuf Values, as the reader asks for them)."""
     metadata = ResultSetMetadata(row_type=StructType(fields=[StructType.Field(name="ChangeRecord", type_=record_type)]))
     element = record_type.array_element_type
     values = []
@@ -161,7 +164,7 @@ def googlesql_rows(examples: Sequence[dict[str, Any]], record_type: Type = CHANG
         ((kind, body),) = example.items()
         struct = {f.name: ([body] if f.name == kind else []) for f in element.struct_type.fields}
         values.append(encode([struct], record_type))
-    return _decode(metadata, values)
+    return _decode(metadata, values, lazy)
 
 
 def postgresql_rows(examples: Sequence[Any], lazy: bool = False) -> tuple[list[Any], list[list[Any]]]:
@@ -171,15 +174,16 @@ def postgresql_rows(examples: Sequence[Any], lazy: bool = False) -> tuple[list[A
     return _decode(metadata, [Value(string_value=json.dumps(example)) for example in examples], lazy)
 
 
-# how rows reach the mapper: GoogleSQL decoded by the client; PostgreSQL decoded, or raw (lazy_decode)
-MODES = ("GOOGLE_STANDARD_SQL", "POSTGRESQL", "POSTGRESQL_LAZY")
+# how rows reach the mapper: decoded by the client, or raw (lazy_decode, what the reader asks for)
+MODES = ("GOOGLE_STANDARD_SQL", "GOOGLE_STANDARD_SQL_LAZY", "POSTGRESQL", "POSTGRESQL_LAZY")
 
 
 def rows_for(mode: str, examples: Sequence[Any]) -> tuple[str, list[Any], list[list[Any]]]:
     """(dialect, result fields, rows) of the examples as the mapper receives them in `mode`."""
-    if mode == "GOOGLE_STANDARD_SQL":
-        return (mode, *googlesql_rows(examples))
-    return ("POSTGRESQL", *postgresql_rows(examples, lazy=mode.endswith("_LAZY")))
+    lazy = mode.endswith("_LAZY")
+    if mode.startswith("GOOGLE_STANDARD_SQL"):
+        return ("GOOGLE_STANDARD_SQL", *googlesql_rows(examples, lazy=lazy))
+    return ("POSTGRESQL", *postgresql_rows(examples, lazy=lazy))
 
 
 def with_changes(example: dict[str, Any], **changes: Any) -> dict[str, Any]:

@@ -37,7 +37,7 @@ def test_translate_maps_driver_errors_to_project_errors() -> None:
     assert isinstance(unreachable, StoreUnreachable)
     assert str(unreachable) == (
         "metadata store at postgresql://bob:***@127.0.0.1:1/x is unreachable (timeout expired): "
-        "start it, or point to another with --metadata-url / SPANNER_CDC_METADATA_URL"
+        "start it, or point to another with metadata_url (or SPANNER_CDC_METADATA_URL)"
     )
 
     class UndefinedTable(psycopg2.ProgrammingError):

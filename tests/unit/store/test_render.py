@@ -4,8 +4,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spanner_cdc.lineage.rules import State
+from spanner_cdc.names import short_token as short
 from spanner_cdc.store.models import Lineage, LineageGraph, PartitionRow, WindowRow
-from spanner_cdc.store.render import human_duration, iso, render, short
+from spanner_cdc.store.render import render
+from spanner_cdc.times import human_duration
+from spanner_cdc.times import iso_z as iso
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 NOW = T0 + timedelta(hours=3)
@@ -98,6 +101,6 @@ def test_helpers() -> None:
     assert human_duration(65) == "1m05s"
     assert human_duration(2 * 86400 + 3 * 3600) == "2d03h"
     assert short("abc") == "abc"
-    assert short(LONG) == "AUZd5xQ9cJ...tail1234"
+    assert short(LONG) == "…" + LONG[-10:]
     with pytest.raises(ValueError, match="text, json, dot"):
         render(graph(), "yaml", now=NOW)

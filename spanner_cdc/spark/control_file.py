@@ -17,12 +17,10 @@ from spanner_cdc.source.records import (
     HeartbeatRecord,
     dispatch,
 )
+from spanner_cdc.times import iso_z
 
 CONTROL_NAME = "control.json"
 
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
 
 
 def _dt(value: str | None) -> datetime | None:
@@ -83,15 +81,15 @@ class ControlSummary:
     def to_json(self) -> dict[str, Any]:
         return {
             "token": self.token,
-            "read_from": _iso(self.read_from),
-            "read_to": _iso(self.read_to),
+            "read_from": iso_z(self.read_from),
+            "read_to": iso_z(self.read_to),
             "data_records": self.data_records,
             "rows": self.rows,
             "heartbeats": self.heartbeats,
-            "last_timestamp": _iso(self.last_timestamp),
+            "last_timestamp": iso_z(self.last_timestamp),
             "children": [
                 {
-                    "start_timestamp": _iso(record.start_timestamp),
+                    "start_timestamp": iso_z(record.start_timestamp),
                     "record_sequence": record.record_sequence,
                     "child_partitions": [
                         {"token": child.token, "parent_partition_tokens": list(child.parent_partition_tokens)}

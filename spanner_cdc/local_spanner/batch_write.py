@@ -1,0 +1,44 @@
+"""BatchWrite on the local server: mutation groups committed as separate transactions with one group commit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import grpc
+from google.cloud.spanner_v1.types import BatchWriteResponse
+from google.protobuf import timestamp_pb2
+
+from spanner_cdc.local_spanner.catalog import Catalog
+from spanner_cdc.local_spanner.model import QueryError
+
+_Response = BatchWriteResponse.pb()
+
+
+def batch_write(catalog: Catalog, database: str, request: Any) -> Iterator[bytes]:
+    """One response per mutation group, in request order: its own commit timestamp, or the status that refused it.
+
+    As in Spanner, a refused group changes nothing and does not stop the others; the groups are applied in
+    request order under the commit lock, and answered only after the journals hold all of them."""
+    groups = [group.mutations for group in request.mutation_groups]
+    outcomes = catalog.commit_groups(database, groups, request.request_options.transaction_tag)
+    for index, outcome in enumerate(outcomes):
+        response = _Response(indexes=[index])
+        if isinstance(outcome, datetime):
+            response.commit_timestamp.CopyFrom(_timestamp(outcome))
+        else:
+            response.status.code = _code(outcome)
+            response.status.message = str(outcome)
+        yield response.SerializeToString()
+
+
+def _code(error: QueryError) -> int:
+    status = getattr(grpc.StatusCode, error.code, grpc.StatusCode.UNKNOWN)
+    return int(status.value[0])
+
+
+def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(value)
+    return out

@@ -1,0 +1,287 @@
+"""GoogleSQL change records straight from the query's protobuf values (rows left undecoded by the client)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from json import JSONDecoder
+from json import loads as _json_loads
+from json.scanner import make_scanner
+from typing import Any
+
+from google.cloud.spanner_v1 import TypeCode
+
+from spanner_cdc.errors import SourceError
+from spanner_cdc.source.decode import (
+    _SHAPE_ERRORS,
+    CHILD_PARTITION_FIELDS,
+    CHILD_PARTITIONS_FIELDS,
+    COLUMN_TYPE_FIELDS,
+    DATA_CHANGE_FIELDS,
+    HEARTBEAT_FIELDS,
+    MOD_FIELDS,
+    RECORD_KINDS,
+    RowMapper,
+    _data_change,
+    _Malformed,
+    _parse_timestamp,
+)
+from spanner_cdc.source.records import (
+    ChangeRecord,
+    ChildPartition,
+    ChildPartitionsRecord,
+    ColumnType,
+    DataChangeRecord,
+    HeartbeatRecord,
+    Mod,
+)
+
+_S, _B, _I, _T, _J = TypeCode.STRING, TypeCode.BOOL, TypeCode.INT64, TypeCode.TIMESTAMP, TypeCode.JSON
+# the documented types of every field read (spec: "Data change records" etc.); any other shape of the
+# metadata is left to the client's own decoding (decode.py), which maps whatever types it finds
+_SCALARS: dict[str, dict[str, Any]] = {
+    "data_change_record": dict(zip(DATA_CHANGE_FIELDS, (_T, _S, _S, _B, _S, None, None, _S, _S, _I, _I, _S, _B), strict=True)),
+    "column_types": dict(zip(COLUMN_TYPE_FIELDS, (_S, _J, _B, _I), strict=True)),
+    "mods": dict(zip(MOD_FIELDS, (_J, _J, _J), strict=True)),
+    "heartbeat_record": dict(zip(HEARTBEAT_FIELDS, (_T,), strict=True)),
+    "child_partitions_record": dict(zip(CHILD_PARTITIONS_FIELDS, (_T, _S, None), strict=True)),
+    "child_partitions": dict(zip(CHILD_PARTITION_FIELDS, (_S, None), strict=True)),
+}
+
+
+_scan = make_scanner(JSONDecoder())  # type: ignore[arg-type]  # the C scanner json.loads ends in
+
+
+def _kind(value: Any) -> str | None:
+    return value.WhichOneof("kind")  # type: ignore[no-any-return]
+
+
+def _text(value: Any, name: str) -> str:
+    text: str = value.string_value
+    if not text and _kind(value) != "string_value":  # "" is also what a NULL or another kind reads as
+        raise _Malformed(f"{name} is not a string")
+    return text
+
+
+def _tag(value: Any) -> str:
+    tag: str = value.string_value
+    if not tag and _kind(value) not in ("string_value", "null_value"):  # NULL: untagged, as in decode.py
+        raise _Malformed("transaction_tag is not a string")
+    return tag
+
+
+def _bool(value: Any, name: str) -> bool:
+    if value.bool_value:
+        return True
+    if _kind(value) not in ("bool_value", "null_value"):
+        raise _Malformed(f"{name} is not a boolean")
+    return False  # NULL reads as false, as in decode.py
+
+
+def _int(value: Any, name: str) -> int:
+    text = value.string_value  # INT64 travels as decimal text
+    if not text.isdigit():
+        raise _Malformed(f"{name} is not an integer")
+    return int(text)
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    """The JSON object in `text` by the C scanner alone (no Python frames of json.loads); None for anything
+    else (empty, whitespace around it, not an object, not JSON), which _json_object then explains or accepts."""
+    if text[:1] != "{":
+        return None
+    try:
+        parsed, end = _scan(text, 0)
+    except (StopIteration, ValueError):
+        return None
+    return parsed if end == len(text) and parsed else None  # {} goes the slow way too: falsy, as `or` needs
+
+
+def _json_object(value: Any, name: str, null_is_empty: bool) -> dict[str, Any]:
+    text = value.string_value
+    if not text:
+        if null_is_empty and _kind(value) == "null_value":
+            return {}
+        raise _Malformed(f"{name} is null" if _kind(value) == "null_value" else f"{name} is not JSON text")
+    try:
+        parsed = _json_loads(text)
+    except ValueError:
+        raise _Malformed(f"{name} is not JSON") from None
+    if type(parsed) is not dict:
+        raise _Malformed(f"{name} is not a JSON object")
+    return parsed
+
+
+def _list(value: Any, name: str) -> Any:
+    values = value.list_value.values
+    if not values and _kind(value) not in ("list_value", "null_value"):
+        raise _Malformed(f"{name} is not an array")
+    return values
+
+
+class _Timestamps:
+    """Records of one transaction (and heartbeats) repeat their timestamp: parse each text once."""
+
+    __slots__ = ("_text", "_parsed")
+
+    def __init__(self) -> None:
+        self._text = ""
+        self._parsed: datetime | None = None
+
+    def __call__(self, value: Any, name: str) -> datetime:
+        text = value.string_value
+        if text != self._text or self._parsed is None:
+            if not text:
+                raise _Malformed(f"{name} is not a timestamp")
+            self._parsed = _parse_timestamp(text, name)
+            self._text = text
+        return self._parsed
+
+
+def _struct_fields(field_type: Any) -> dict[str, tuple[int, Any]] | None:
+    """name -> (position, type) of an ARRAY<STRUCT<...>> type; None for any other type."""
+    if field_type.code != TypeCode.ARRAY or field_type.array_element_type.code != TypeCode.STRUCT:
+        return None
+    return {f.name: (i, f.type_) for i, f in enumerate(field_type.array_element_type.struct_type.fields)}
+
+
+def _layout(struct: dict[str, tuple[int, Any]] | None, what: str) -> list[int] | None:
+    """Positions of the fields read from `what`, or None unless each has its documented type."""
+    if struct is None:
+        return None
+    wanted = _SCALARS[what]
+    for name, code in wanted.items():
+        if name not in struct or (code is not None and struct[name][1].code != code):
+            return None
+    return [struct[name][0] for name in wanted]
+
+
+def wire_mapper(fields: Sequence[Any]) -> RowMapper | None:
+    """A mapper of undecoded GoogleSQL rows (lists of protobuf Values, lazy_decode=True) into typed records,
+    or None when the result metadata is not the documented ChangeRecord shape."""
+    names = [f.name for f in fields]
+    column = names.index("ChangeRecord") if "ChangeRecord" in names else (0 if len(names) == 1 else -1)
+    outer = _struct_fields(fields[column].type_) if column >= 0 else None
+    if outer is None or set(outer) - set(RECORD_KINDS) or not set(outer) & set(RECORD_KINDS):
+        return None
+    layouts: dict[str, list[int]] = {}
+    nested: dict[str, tuple[str, ...]] = {
+        "data_change_record": ("column_types", "mods"), "heartbeat_record": (), "child_partitions_record": ("child_partitions",)
+    }
+    for kind, parts in nested.items():
+        if kind not in outer:
+            continue
+        struct = _struct_fields(outer[kind][1])
+        found = _layout(struct, kind)
+        if found is None or struct is None:
+            return None
+        layouts[kind] = found
+        for part in parts:
+            inner = _layout(_struct_fields(struct[part][1]), part) if part in struct else None
+            if inner is None:
+                return None
+            layouts[part] = inner
+    return _WireRecords(column, {kind: outer[kind][0] for kind in RECORD_KINDS if kind in outer}, layouts)
+
+
+class _WireRecords:
+    """Maps the rows of one result set; holds its column types and timestamp caches."""
+
+    def __init__(self, column: int, kinds: dict[str, int], layouts: dict[str, list[int]]) -> None:
+        self._column = column
+        self._dcr_at, self._hb_at, self._cp_at = (kinds.get(kind, -1) for kind in RECORD_KINDS)
+        self._layouts = layouts
+        self._columns: dict[bytes, tuple[ColumnType, ...]] = {}  # serialized column_types -> mapped
+        self._timestamps = _Timestamps()
+
+    def __call__(self, row: Sequence[Any]) -> list[ChangeRecord]:
+        out: list[ChangeRecord] = []
+        try:
+            for element in _list(row[self._column], "ChangeRecord"):
+                parts = element.list_value.values
+                produced = len(out)
+                if self._dcr_at >= 0:
+                    out.extend(self._data_change(s.list_value.values) for s in _list(parts[self._dcr_at], "data_change_record"))
+                if self._hb_at >= 0:
+                    (i_ts,) = self._layouts["heartbeat_record"]
+                    out.extend(HeartbeatRecord(self._timestamps(s.list_value.values[i_ts], "timestamp"))
+                               for s in _list(parts[self._hb_at], "heartbeat_record"))  # fmt: skip
+                if self._cp_at >= 0:
+                    out.extend(self._child_partitions(s.list_value.values) for s in _list(parts[self._cp_at], "child_partitions_record"))
+                if len(out) == produced:
+                    raise _Malformed("change record element holds no record")
+        except _Malformed as exc:
+            raise SourceError(f"malformed change record: {exc}", raw=row) from None
+        except _SHAPE_ERRORS as exc:
+            raise SourceError(f"malformed change record ({type(exc).__name__}: {exc})", raw=row) from None
+        if not out:
+            raise SourceError("malformed change record: empty ChangeRecord array", raw=row)
+        return out
+
+    def _data_change(self, s: Any) -> DataChangeRecord:
+        # the hot path: each protobuf access costs about a microsecond, so every field is read once, and the
+        # checks that explain a bad value run only when the value is empty (NULL, or another kind of value)
+        (i_commit, i_seq, i_txn, i_last, i_table, i_columns, i_mods, i_mod_type, i_capture, i_records, i_partitions,
+         i_tag, i_system) = self._layouts["data_change_record"]  # fmt: skip
+        i_keys, i_new, i_old = self._layouts["mods"]
+        mods = []
+        for mod in _list(s[i_mods], "mods"):
+            m = mod.list_value.values
+            keys, new, old = m[i_keys], m[i_new], m[i_old]
+            mods.append(Mod(
+                _object(keys.string_value) or _json_object(keys, "mods.keys", False),
+                _object(new.string_value) or _json_object(new, "mods.new_values", True),
+                _object(old.string_value) or _json_object(old, "mods.old_values", True),
+            ))  # fmt: skip
+        table = s[i_table].string_value or _text(s[i_table], "table_name")
+        records, partitions = s[i_records].string_value, s[i_partitions].string_value
+        return _data_change(
+            self._timestamps(s[i_commit], "commit_timestamp"),
+            s[i_seq].string_value or _text(s[i_seq], "record_sequence"),
+            s[i_txn].string_value or _text(s[i_txn], "server_transaction_id"),
+            s[i_last].bool_value or _bool(s[i_last], "is_last_record_in_transaction_in_partition"),
+            table, self._column_types(s[i_columns]), tuple(mods),
+            s[i_mod_type].string_value or _text(s[i_mod_type], "mod_type"),
+            s[i_capture].string_value or _text(s[i_capture], "value_capture_type"),
+            int(records) if records.isdigit() else _int(s[i_records], "number_of_records_in_transaction"),
+            int(partitions) if partitions.isdigit() else _int(s[i_partitions], "number_of_partitions_in_transaction"),
+            s[i_tag].string_value or _tag(s[i_tag]),
+            s[i_system].bool_value or _bool(s[i_system], "is_system_transaction"),
+        )  # fmt: skip
+
+    def _column_types(self, raw: Any) -> tuple[ColumnType, ...]:
+        # a table's column types repeat in each of its records: their bytes are the cheapest key to compare
+        key = raw.SerializeToString()
+        found = self._columns.get(key)
+        if found is None:
+            found = self._map_column_types(raw)
+            if len(self._columns) < 1024:
+                self._columns[key] = found
+        return found
+
+    def _map_column_types(self, raw: Any) -> tuple[ColumnType, ...]:
+        i_name, i_type, i_pk, i_pos = self._layouts["column_types"]
+        return tuple(
+            ColumnType(_text(c[i_name], "column_types.name"), _json_object(c[i_type], "column_types.type", False),
+                       _bool(c[i_pk], "column_types.is_primary_key"), _int(c[i_pos], "column_types.ordinal_position"))
+            for c in (column.list_value.values for column in _list(raw, "column_types"))
+        )  # fmt: skip
+
+    def _child_partitions(self, s: Any) -> ChildPartitionsRecord:
+        i_start, i_seq, i_children = self._layouts["child_partitions_record"]
+        i_token, i_parents = self._layouts["child_partitions"]
+        children = []
+        for child in _list(s[i_children], "child_partitions"):
+            c = child.list_value.values
+            parents = tuple(  # root partitions list no parent, or (in the spec's example) a single NULL parent
+                _text(p, "parent_partition_tokens[]") for p in _list(c[i_parents], "parent_partition_tokens") if _kind(p) != "null_value"
+            )
+            children.append(ChildPartition(_text(c[i_token], "child_partitions.token"), parents))
+        return ChildPartitionsRecord(
+            start_timestamp=self._timestamps(s[i_start], "start_timestamp"),
+            record_sequence=_text(s[i_seq], "record_sequence"),
+            child_partitions=tuple(children),
+        )
+
+
+__all__ = ["wire_mapper"]

@@ -1,0 +1,55 @@
+"""Group commit: the journals of a group are fsynced once when it ends, each entry on its own outside a group."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from spanner_cdc.local_spanner.changestream.journal import Journal as ChangeJournal
+from spanner_cdc.local_spanner.group_commit import group_commit
+from spanner_cdc.local_spanner.persistence import Journal
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    return calls
+
+
+def test_one_fsync_per_journal_per_group(tmp_path: Path, fsyncs: list[int]) -> None:
+    catalog, changes = Journal(tmp_path / "a", fsync=True), ChangeJournal(tmp_path / "b", fsync=True)
+    with group_commit():
+        for n in range(5):
+            catalog.append({"op": "commit", "n": n})
+            changes.write({"n": n})
+            with group_commit():  # nested: the outer group syncs
+                changes.write({"n": n, "nested": True})
+        assert fsyncs == []
+    assert len(fsyncs) == 2
+    assert [e["n"] for e in catalog.entries()] == list(range(5))
+    assert len(list(ChangeJournal(tmp_path / "b").replay())) == 10
+
+
+def test_outside_a_group_every_entry_is_synced_before_the_call_returns(tmp_path: Path, fsyncs: list[int]) -> None:
+    catalog = Journal(tmp_path, fsync=True)
+    catalog.append({"op": "a"})
+    catalog.append({"op": "b"})
+    assert len(fsyncs) == 2
+    assert [e["op"] for e in Journal(tmp_path).entries()] == ["a", "b"]
+
+
+def test_a_failing_group_still_syncs_what_it_wrote(tmp_path: Path, fsyncs: list[int]) -> None:
+    catalog = Journal(tmp_path, fsync=True)
+    with pytest.raises(RuntimeError), group_commit():
+        catalog.append({"op": "a"})
+        raise RuntimeError("refused after the write")
+    assert len(fsyncs) == 1 and [e["op"] for e in Journal(tmp_path).entries()] == ["a"]
