@@ -36,8 +36,8 @@ def _wave(
     for claim in splits:
         kids = tuple(ChildPartition(f"{claim.token}.{seq}{k}", (claim.token,)) for k in "ab")
         items.append(Completion(claim, at - US, True, (ChildPartitionsRecord(at, "1", kids),), records=rng.randint(1, 500)))
-    for left, right in zip(merging[::2], merging[1::2], strict=False):
-        child = ChildPartition(f"m{seq}.{left.token[-6:]}.{right.token[-6:]}", (left.token, right.token))
+    for index, (left, right) in enumerate(zip(merging[::2], merging[1::2], strict=False)):
+        child = ChildPartition(f"m{seq:02d}.{index:04d}", (left.token, right.token))
         record = ChildPartitionsRecord(at, "1", (child,))
         items += [Completion(c, at - US, True, (record,), records=rng.randint(1, 500)) for c in (left, right)]
     items += [Completion(c, at - US, False, records=rng.randint(0, 500)) for c in going_on]
