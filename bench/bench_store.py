@@ -1,4 +1,4 @@
-"""Benchmark: metadata store claim+complete transitions per second on the embedded Postgres."""
+"""Benchmark: metadata store claim+complete transitions per second (one by one and batched), and a 10,000-token plan."""
 
 from __future__ import annotations
 
@@ -10,17 +10,23 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+from bench.figures import report
 from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
-from spanner_cdc.store import Claim, ManifestFile, MetadataStore
+from spanner_cdc.store import Claim, Completion, ManifestFile, MetadataStore
 
 COMMAND = "python -m bench.bench_store"
-TARGET = 500.0  # claim+complete transitions per second (issue 5)
+TARGET = 500.0  # claim+complete transitions per second, one token per round trip (issue 5)
+BATCHED_TARGET = 5000.0  # claim+complete transitions per second, batched (issue 15)
+PLAN_TARGET_S = 2.0  # a window of PLAN_TOKENS ready partitions planned and claimed (issue 15)
+PLAN_TOKENS = 10_000
+BATCH = 100
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 WINDOW_END = T0 + timedelta(hours=1)
 LAST = WINDOW_END - timedelta(microseconds=1)
@@ -29,7 +35,7 @@ LEASE = timedelta(minutes=5)
 
 
 def _file(claim: Claim) -> list[ManifestFile]:
-    path = f"lake/bench/{claim.token}/{claim.read_from:%Y%m%dT%H%M%S%f}.parquet"
+    path = f"lake/bench/{claim.token}/{claim.attempt}.parquet"
     return [ManifestFile(path, claim.token, claim.read_from, LAST, T0, WINDOW_END, 100, 10_000, "Orders")]
 
 
@@ -39,24 +45,47 @@ def _new_lineage(store: MetadataStore, tokens: int) -> int:
     return lineage.id
 
 
-def _drain(store: MetadataStore, lineage_id: int, owner: str, batch: int, split: bool) -> int:
-    """Claim and complete until nothing is left in the window; returns how many claim+complete pairs ran."""
+def _completion(claim: Claim, split: bool) -> Completion:
+    if split and claim.partition_start == T0:
+        kids = tuple(ChildPartition(f"{claim.token}.{k}", (claim.token,)) for k in range(2))
+        return Completion(
+            claim, SPLIT_AT - timedelta(microseconds=1), True, (ChildPartitionsRecord(SPLIT_AT, "1", kids),),
+            tuple(_file(claim)),
+        )
+    return Completion(claim, LAST, False, files=tuple(_file(claim)), records=100)
+
+
+def _drain(store: MetadataStore, lineage_id: int, owner: str, batch: int, split: bool, batched: bool = False) -> int:
+    """Claim and complete until nothing is left in the window; returns how many claim+complete pairs ran.
+
+    `batched` completes each claimed batch with one complete_many; otherwise one complete per token.
+    """
     done = 0
     while claims := store.claim(lineage_id, window_end=WINDOW_END, owner=owner, lease=LEASE, limit=batch):
-        for claim in claims:
-            if split and claim.partition_start == T0:
-                kids = tuple(ChildPartition(f"{claim.token}.{k}", (claim.token,)) for k in range(2))
+        items = [_completion(claim, split) for claim in claims]
+        if batched:
+            result = store.complete_many(items)
+            assert not result.lost, result.lost
+        else:
+            for item in items:
                 store.complete(
-                    claim,
-                    watermark=SPLIT_AT - timedelta(microseconds=1),
-                    finished=True,
-                    children=[ChildPartitionsRecord(SPLIT_AT, "1", kids)],
-                    files=_file(claim),
+                    item.claim, watermark=item.watermark, finished=item.finished, children=item.children,
+                    files=item.files, records=item.records,
                 )
-            else:
-                store.complete(claim, watermark=LAST, finished=False, files=_file(claim), records=100)
-            done += 1
+        done += len(claims)
     return done
+
+
+def plan_and_claim(store: MetadataStore, tokens: int) -> float:
+    """Seconds to plan a window of `tokens` ready partitions and claim them all by name, as a run does
+    (extract.window plans with ready_tokens; the extract tasks claim the tokens they were handed)."""
+    lineage_id = _new_lineage(store, tokens)
+    started = time.perf_counter()
+    planned = [row.token for row in store.ready_tokens(lineage_id, WINDOW_END)]
+    claims = store.claim(lineage_id, window_end=WINDOW_END, owner="run", lease=LEASE, tokens=planned)
+    elapsed = time.perf_counter() - started
+    assert len(claims) == tokens, (len(claims), tokens)
+    return elapsed
 
 
 def _rate(run: Callable[[], int]) -> float:
@@ -122,11 +151,11 @@ def _backend_cpu(store: MetadataStore) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_per_transition(store: MetadataStore, tokens: int) -> tuple[float, float]:
+def cpu_per_transition(store: MetadataStore, tokens: int, batched: bool = False) -> tuple[float, float]:
     """Client and server CPU milliseconds per claim+complete, independent of what else runs on the machine."""
     lineage_id = _new_lineage(store, tokens)
     client, server = time.process_time(), _backend_cpu(store)
-    count = _drain(store, lineage_id, "cpu", 1, False)
+    count = _drain(store, lineage_id, "cpu", BATCH if batched else 1, False, batched)
     client, server = time.process_time() - client, _backend_cpu(store) - server
     return 1000 * client / count, 1000 * server / count
 
@@ -142,17 +171,25 @@ def _bare(store: MetadataStore, count: int) -> float:
     return _rate(run)
 
 
-def measure(url: str, tokens: int, workers: int, rounds: int) -> tuple[dict[str, list[float]], list[tuple[float, float]]]:
+@dataclass
+class Measured:
+    rates: dict[str, list[float]]
+    targets: dict[str, float]
+    cpu: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    plan_seconds: list[float] = field(default_factory=list)
+
+
+def measure(url: str, tokens: int, workers: int, rounds: int, plan_tokens: int) -> Measured:
     """Every scenario once per round, interleaved, so a busy machine slows them all alike."""
     store = MetadataStore.connect(url)
     store.upgrade()
     pool = WorkerPool(url, workers)
     scenarios: dict[str, Callable[[], float]] = {}
 
-    def single(batch: int, split: bool) -> Callable[[], float]:
+    def single(batch: int, split: bool, batched: bool = False) -> Callable[[], float]:
         def run() -> float:
             lineage_id = _new_lineage(store, tokens // 2 if split else tokens)
-            return _rate(lambda: _drain(store, lineage_id, "w", batch, split))
+            return _rate(lambda: _drain(store, lineage_id, "w", batch, split, batched))
 
         return run
 
@@ -160,19 +197,56 @@ def measure(url: str, tokens: int, workers: int, rounds: int) -> tuple[dict[str,
     scenarios["50 tokens per claim"] = single(50, False)
     scenarios["one per claim, each root splits in 2"] = single(1, True)
     scenarios[f"{workers} processes, one per claim"] = lambda: pool.drain(_new_lineage(store, tokens))
+    scenarios[f"batched: {BATCH} per claim + complete_many"] = single(BATCH, False, True)
+    scenarios["batched, each root splits in 2"] = single(BATCH, True, True)
     scenarios["bare SELECT 1 transaction (floor)"] = lambda: _bare(store, tokens)
-    rates: dict[str, list[float]] = {name: [] for name in scenarios}
-    cpu: list[tuple[float, float]] = []
+    targets = {name: BATCHED_TARGET if name.startswith("batched") else TARGET for name in scenarios}
+    result = Measured({name: [] for name in scenarios}, targets, {"one by one": [], "batched": []})
     try:
         for _ in range(rounds):
             for name, scenario in scenarios.items():
-                rates[name].append(scenario())
+                result.rates[name].append(scenario())
+            result.plan_seconds.append(plan_and_claim(store, plan_tokens))
             if Path("/proc/self/stat").exists():
-                cpu.append(cpu_per_transition(store, tokens))
+                result.cpu["one by one"].append(cpu_per_transition(store, tokens))
+                result.cpu["batched"].append(cpu_per_transition(store, tokens, batched=True))
     finally:
         pool.close()
         store.close()
-    return rates, cpu
+    return result
+
+
+def _print_report(result: Measured, args: argparse.Namespace, where: str) -> None:
+    medians = {name: statistics.median(values) for name, values in result.rates.items()}
+    print(
+        f"bench_store: claim+complete transitions per second on {where} through {args.driver}; "
+        f"median of {args.rounds} interleaved rounds of {args.tokens} tokens"
+    )
+    print(f"  {'scenario':<42}{'per second':>11}{'min..max':>15}{'vs target':>18}")
+    for name, values in result.rates.items():
+        spread = f"{min(values):.0f}..{max(values):.0f}"
+        target = result.targets[name]
+        print(f"  {name:<42}{medians[name]:>11.0f}{spread:>15}{medians[name] / target:>10.2f}x {target:>5.0f}/s")
+    names = list(result.rates)
+    single, bare = medians[names[0]], medians[names[-1]]
+    batched = medians[f"batched: {BATCH} per claim + complete_many"]
+    print(f"one claim+complete costs {bare / single:.1f} bare transactions; batched is {batched / single:.1f}x one by one (same run)")
+    plan = statistics.median(result.plan_seconds)
+    spread = f"{min(result.plan_seconds):.2f}..{max(result.plan_seconds):.2f}"
+    print(f"{args.plan_tokens} ready tokens planned (ready_tokens) and claimed by name: {plan:.2f} s (min..max {spread}), target < {PLAN_TARGET_S:.0f} s")
+    report("store: one claim+complete per round trip", single, TARGET, "/s")
+    report(f"store: batched claim+complete ({BATCH} per batch)", batched, BATCHED_TARGET, "/s")
+    report(f"store: {args.plan_tokens:,}-token window planned + claimed", plan, PLAN_TARGET_S, "s", higher_is_better=False)
+    for kind, samples in result.cpu.items():
+        if samples:
+            client = statistics.median(c for c, _ in samples)
+            server = statistics.median(s for _, s in samples)
+            capacity = 1000 / (client + server)
+            print(
+                f"CPU per claim+complete, {kind}: client {client:.3f} ms + Postgres {server:.3f} ms, so one worker can do "
+                f"{capacity:.0f}/s when it has the CPU (wall-clock figures above fall when other work shares the "
+                f"machine; load average now {os.getloadavg()[0]:.1f})"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -180,6 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=500, help="tokens per scenario and round (default 500)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are reported (default 5)")
     parser.add_argument("--workers", type=int, default=4, help="processes in the concurrent scenario (default 4)")
+    parser.add_argument(
+        "--plan-tokens", type=int, default=PLAN_TOKENS, help=f"ready tokens in the plan+claim figure (default {PLAN_TOKENS})"
+    )
     parser.add_argument("--metadata-url", help="measure this Postgres instead of a fresh embedded one")
     parser.add_argument(
         "--driver", choices=("psycopg2", "psycopg"), default="psycopg2", help="the URL's Postgres driver (default psycopg2)"
@@ -196,34 +273,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             url, where = server.create_database("bench_store"), "the embedded Postgres (fsync=off)"
         url = sa.make_url(url).set(drivername=f"postgresql+{args.driver}").render_as_string(hide_password=False)
         try:
-            rates, cpu = measure(url, args.tokens, args.workers, args.rounds)
+            result = measure(url, args.tokens, args.workers, args.rounds, args.plan_tokens)
         finally:
             if server is not None:
                 server.stop()
-    medians = {name: statistics.median(values) for name, values in rates.items()}
+    _print_report(result, args, where)
     print(
-        f"bench_store: claim+complete transitions per second on {where} through {args.driver}; "
-        f"median of {args.rounds} interleaved rounds of {args.tokens} tokens"
+        f"command: {COMMAND} --tokens {args.tokens} --rounds {args.rounds} --workers {args.workers} "
+        f"--plan-tokens {args.plan_tokens} --driver {args.driver}"
     )
-    print(f"  {'scenario':<38}{'per second':>11}{'min..max':>15}{'vs target':>11}")
-    for name, values in rates.items():
-        spread = f"{min(values):.0f}..{max(values):.0f}"
-        print(f"  {name:<38}{medians[name]:>11.0f}{spread:>15}{medians[name] / TARGET:>10.2f}x")
-    names = list(rates)
-    single, bare = medians[names[0]], medians[names[-1]]
-    print(f"one claim+complete costs {bare / single:.1f} bare transactions (same run)")
-    verdict = "meets" if single >= TARGET else "MISSES"
-    print(f"single-worker claim+complete: {single:.0f}/s {verdict} the target of {TARGET:.0f}/s")
-    if cpu:
-        client = statistics.median(c for c, _ in cpu)
-        server = statistics.median(s for _, s in cpu)
-        capacity = 1000 / (client + server)
-        print(
-            f"CPU per claim+complete: client {client:.2f} ms + Postgres {server:.2f} ms, so one worker can do "
-            f"{capacity:.0f}/s ({capacity / TARGET:.2f}x target) when it has the CPU (wall-clock figures above "
-            f"fall when other work shares the machine; load average now {os.getloadavg()[0]:.1f})"
-        )
-    print(f"command: {COMMAND} --tokens {args.tokens} --rounds {args.rounds} --workers {args.workers} --driver {args.driver}")
     return 0
 
 

@@ -169,14 +169,25 @@ class LeaseKeeper:
             renewed = time.monotonic()
             with self._lock:
                 claims = list(self._claims.values())
-            for claim in claims:
-                try:
-                    self.store.renew(claim, self.lease)
-                except LeaseLost as exc:
-                    log.warning("%s: lease lost while extracting: %s", short_token(claim.token), exc)
-                    self.release(claim)
-                except Exception as exc:  # a store hiccup: try again next round, the lease has slack
-                    log.warning("%s: renewing the lease failed: %s", short_token(claim.token), exc)
+            self._renew(claims)
+
+    def _renew(self, claims: list[Claim]) -> None:
+        """Every held lease of a lineage in one statement (a run holding many tokens renews them in one round trip)."""
+        by_lineage: dict[int, list[Claim]] = {}
+        for claim in claims:
+            by_lineage.setdefault(claim.lineage_id, []).append(claim)
+        for held in by_lineage.values():
+            try:
+                _, lost = self.store.renew_many(held, self.lease)
+            except Exception as exc:  # a store hiccup: try again next round, the lease has slack
+                log.warning("renewing %d lease(s) failed: %s", len(held), exc)
+                continue
+            for claim in lost:
+                log.warning(
+                    "%s: lease lost while extracting: attempt %s of %s no longer holds it",
+                    short_token(claim.token), claim.attempt, claim.owner,
+                )  # fmt: skip
+                self.release(claim)
 
 
 def _remove_orphans(job: ExtractJob, token: str) -> None:

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 from spanner_cdc.lineage.rules import State
 from spanner_cdc.store.metadata_store import MetadataStore
 from spanner_cdc.store.models import (
+    BatchResult,
     Claim,
+    Completion,
     LeaseLost,
     Lineage,
     LineageGraph,
@@ -21,7 +23,9 @@ if TYPE_CHECKING:
     from spanner_cdc.settings import Settings
 
 __all__ = [
+    "BatchResult",
     "Claim",
+    "Completion",
     "LeaseLost",
     "Lineage",
     "LineageGraph",

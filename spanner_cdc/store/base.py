@@ -15,10 +15,11 @@ from spanner_cdc.store.database import Database
 from spanner_cdc.store.models import Lineage, ManifestFile, PartitionRow, WindowRow
 
 LINEAGE_COLUMNS = "id, stream, namespace, database, created_at"
-PARTITION_SELECT = """
+PARTITION_COLUMNS = """
 SELECT p.lineage_id, p.token, p.partition_start, p.partition_end, p.state, p.watermark,
        p.created_at, p.ready_at, p.scheduled_at, p.running_at, p.finished_at,
-       p.lease_owner, p.lease_expires_at, p.attempts, p.last_error,
+       p.lease_owner, p.lease_expires_at, p.attempts, p.last_error"""
+PARTITION_SELECT = PARTITION_COLUMNS + """,
        coalesce((SELECT array_agg(e.parent_token ORDER BY e.parent_token) FROM cdc_partition_parents e
                  WHERE e.lineage_id = p.lineage_id AND e.child_token = p.token), '{}') AS parents,
        coalesce((SELECT array_agg(e.child_token ORDER BY e.child_token) FROM cdc_partition_parents e
@@ -43,7 +44,10 @@ def lineage_from(row: Row[Any]) -> Lineage:
     return Lineage(row.id, row.stream, row.namespace, row.database, utc_required(row.created_at))
 
 
-def partition_from(row: Row[Any]) -> PartitionRow:
+def partition_from(
+    row: Row[Any], parents: tuple[str, ...] | None = None, children: tuple[str, ...] | None = None
+) -> PartitionRow:
+    """From a PARTITION_SELECT row, or a PARTITION_COLUMNS one with its `parents` and `children` given."""
     return PartitionRow(
         lineage_id=row.lineage_id,
         token=row.token,
@@ -60,8 +64,8 @@ def partition_from(row: Row[Any]) -> PartitionRow:
         lease_expires_at=utc(row.lease_expires_at),
         attempts=row.attempts,
         last_error=row.last_error,
-        parents=tuple(row.parents),
-        children=tuple(row.children),
+        parents=tuple(row.parents) if parents is None else parents,
+        children=tuple(row.children) if children is None else children,
     )
 
 

@@ -13,6 +13,7 @@ from spanner_cdc.lineage import rules
 from spanner_cdc.source.records import ChildPartition
 from spanner_cdc.store.base import (
     LINEAGE_COLUMNS,
+    PARTITION_COLUMNS,
     PARTITION_SELECT,
     WINDOW_COLUMNS,
     StoreBase,
@@ -38,8 +39,8 @@ INSERT_ROOTS = sa.text(
     """
 )
 READY_TOKENS = sa.text(
-    PARTITION_SELECT
-    + """
+    PARTITION_COLUMNS
+    + """ FROM cdc_partitions p
     WHERE p.lineage_id = :lineage_id AND p.state = 'READY' AND p.read_from <= :last
     ORDER BY p.read_from, p.token
     """
@@ -130,7 +131,13 @@ class LineageQueries(StoreBase):
         """READY partitions that still have part of window [., window_end) to read."""
         rules.require_utc(window_end, "window_end")
         params = {"lineage_id": lineage_id, "last": rules.inclusive_end(window_end)}
-        return self._db.transaction(lambda conn: [partition_from(r) for r in conn.execute(READY_TOKENS, params)])
+
+        def body(conn: Connection) -> list[PartitionRow]:
+            rows = conn.execute(READY_TOKENS, params).all()
+            parents, children = _edges(conn, lineage_id)
+            return [partition_from(r, parents.get(r.token, ()), children.get(r.token, ())) for r in rows]
+
+        return self._db.transaction(body)
 
     def low_watermark(self, lineage_id: int) -> datetime | None:
         """The lowest watermark over unfinished partitions (just before its start for one never read)."""
@@ -145,20 +152,15 @@ class LineageQueries(StoreBase):
             conn.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"))
             lineage = self._lineage_by_id(conn, lineage_id)
             params = {"lineage_id": lineage_id}
+            parents, children = _edges(conn, lineage_id)
             nodes = [
-                partition_from(r)
+                partition_from(r, parents.get(r.token, ()), children.get(r.token, ()))
                 for r in conn.execute(
-                    sa.text(PARTITION_SELECT + " WHERE p.lineage_id = :lineage_id ORDER BY p.partition_start, p.token"),
+                    sa.text(PARTITION_COLUMNS + " FROM cdc_partitions p WHERE p.lineage_id = :lineage_id "
+                            "ORDER BY p.partition_start, p.token"),
                     params,
                 )
-            ]
-            edges = conn.execute(
-                sa.text(
-                    "SELECT parent_token, child_token FROM cdc_partition_parents WHERE lineage_id = :lineage_id "
-                    "ORDER BY parent_token, child_token"
-                ),
-                params,
-            ).all()
+            ]  # fmt: skip
             low = utc(conn.execute(LOW_WATERMARK, params).scalar_one())
             windows = conn.execute(
                 sa.text(
@@ -177,10 +179,31 @@ class LineageQueries(StoreBase):
             return LineageGraph(
                 lineage=lineage,
                 nodes=tuple(nodes),
-                edges=tuple((e.parent_token, e.child_token) for e in edges),
+                edges=tuple((parent, child) for parent, kids in sorted(children.items()) for child in kids),
                 low_watermark=low,
                 windows=tuple(window_from(w) for w in windows),
                 moves=tuple((m.source_token, m.destination_token, utc_required(m.moved_at)) for m in moves),
             )
 
         return self._db.transaction(body)
+
+
+def _edges(conn: Connection, lineage_id: int) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """Parents and children of every token of a lineage, sorted, from one read of its edges (a correlated
+    aggregate per partition costs seconds at 10,000 partitions)."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT parent_token, child_token FROM cdc_partition_parents WHERE lineage_id = :lineage_id "
+            "ORDER BY parent_token, child_token"
+        ),
+        {"lineage_id": lineage_id},
+    )
+    parents: dict[str, list[str]] = {}
+    children: dict[str, list[str]] = {}
+    for parent, child in rows:
+        children.setdefault(parent, []).append(child)
+        parents.setdefault(child, []).append(parent)
+    return (
+        {token: tuple(sorted(ps)) for token, ps in parents.items()},
+        {token: tuple(cs) for token, cs in children.items()},
+    )

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import StoreError
 from spanner_cdc.lineage import rules
+
+if TYPE_CHECKING:
+    from spanner_cdc.source.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
 
 
 class LeaseLost(StoreError):
@@ -89,6 +92,31 @@ class PartitionRow:
     @property
     def effective_watermark(self) -> datetime:
         return rules.effective_watermark(self.watermark, self.start)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One claim's landed range for `complete_many`: the same arguments `complete` takes for one token."""
+
+    claim: Claim
+    watermark: datetime
+    finished: bool
+    children: tuple[ChildPartitionsRecord, ...] = ()
+    files: tuple[ManifestFile, ...] = ()
+    records: int = 0
+    window_start: datetime | None = None
+    window_end: datetime | None = None
+    started: tuple[PartitionStartRecord, ...] = ()  # MUTABLE_KEY_RANGE: partitions announced by start records
+    moves: tuple[PartitionEventRecord, ...] = ()  # MUTABLE_KEY_RANGE: key range moves, kept as edges
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What a batch did: tokens landed, tokens whose claim was lost (left untouched), children made READY."""
+
+    landed: tuple[str, ...]
+    lost: tuple[LeaseLost, ...]
+    promoted: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,15 @@ STALE = (
     "OR (state = 'RUNNING' AND liveness_key IN (SELECT liveness_key FROM dead)))"
 )
 NOT_OWN = "AND liveness_key IS DISTINCT FROM CAST(:liveness_key AS integer)"
+# The tokens of a CTE as an index condition on the primary key: joined by token alone, a lineage the planner has
+# no statistics for yet (just bootstrapped, or grown since the last ANALYZE) is estimated at one row and the
+# join becomes a scan of the whole lineage per picked token, quadratic in the window's partitions.
+BY_KEY = "AND {alias}.token = ANY(ARRAY(SELECT token FROM {cte}))"
+# For the statements that join a set of picked tokens back to their rows (claim, schedule, the batches):
+# without statistics for a fresh lineage, the planner estimates a CTE of 10,000 tokens at one row and
+# joins it by nested loop, 10,000 x 10,000 comparisons (160 s to claim a 10,000-token window); a hash join
+# takes ~1 s. SET LOCAL lasts until the transaction ends.
+NO_NESTED_LOOPS = sa.text("SET LOCAL enable_nestloop = off")
 # A claim takes tokens whose next read starts inside the window (rules.needs_read as a range scan on
 # cdc_partitions_claimable), least landed first, plus any stale ones. `stale` and `fresh` pick
 # disjoint states so no row is picked twice. `dead` is MATERIALIZED so each key is probed once.
@@ -41,7 +50,7 @@ WITH dead AS MATERIALIZED ({dead_keys}), stale AS (
         lease_expires_at = clock_timestamp() + CAST(:lease AS interval), attempts = p.attempts + 1,
         liveness_key = CAST(:liveness_key AS integer)
     FROM picked
-    WHERE p.lineage_id = :lineage_id AND p.token = picked.token
+    WHERE p.lineage_id = :lineage_id AND p.token = picked.token {by_key}
     RETURNING p.token, p.partition_start, p.watermark, p.read_from, p.attempts, p.lease_expires_at,
               picked.previous_attempt, picked.previous_state, picked.holder_died
 ), recorded AS (
@@ -58,6 +67,7 @@ CLAIM_ANY = sa.text(
         stale_states="'SCHEDULED', 'RUNNING'",
         fresh_states="'READY'",
         only_named="",
+        by_key=BY_KEY.format(alias="p", cte="picked"),
     )
 )
 # A task naming its tokens may take them from SCHEDULED too; then only stale RUNNING ones are stale.
@@ -68,6 +78,7 @@ CLAIM_NAMED = sa.text(
         stale_states="'RUNNING'",
         fresh_states="'READY', 'SCHEDULED'",
         only_named="AND token = ANY(CAST(:named AS text[]))",
+        by_key=BY_KEY.format(alias="p", cte="picked"),
     ),
 )
 # One primary-key update per reclaimed token; a join here gets planned as a scan of every attempt.
@@ -78,7 +89,7 @@ EXPIRE_ATTEMPT = sa.text(
 HOLDER_DIED = "its run died (liveness lock free)"
 LEASE_EXPIRED = "lease expired"
 SCHEDULE = sa.text(
-    """
+    f"""
     WITH picked AS (
         SELECT token FROM cdc_partitions
         WHERE lineage_id = :lineage_id AND state = 'READY' AND read_from <= :last
@@ -89,7 +100,7 @@ SCHEDULE = sa.text(
     UPDATE cdc_partitions p
     SET state = 'SCHEDULED', scheduled_at = clock_timestamp(), lease_owner = :owner,
         lease_expires_at = clock_timestamp() + :lease, liveness_key = NULL
-    FROM picked WHERE p.lineage_id = :lineage_id AND p.token = picked.token
+    FROM picked WHERE p.lineage_id = :lineage_id AND p.token = picked.token {BY_KEY.format(alias="p", cte="picked")}
     RETURNING p.token
     """
 )
@@ -119,46 +130,6 @@ EXPIRE = sa.text(
         WHERE a.lineage_id = :lineage_id AND a.token = r.token AND a.attempt = r.attempts AND a.outcome = 'RUNNING'
     )
     SELECT count(*) FROM released
-    """,
-)
-# The compare-and-set, the attempt row and the manifest in one statement: nothing happens unless
-# `landed` matched, i.e. the claim still holds the token.
-LAND = sa.text(
-    f"""
-    WITH landed AS (
-        UPDATE cdc_partitions
-        SET watermark = greatest(watermark, CAST(:watermark AS timestamptz)),
-            read_from = greatest(read_from, CAST(:watermark AS timestamptz) + interval '1 microsecond'),
-            state = :state,
-            ready_at = CASE WHEN :finished THEN ready_at ELSE clock_timestamp() END,
-            finished_at = CASE WHEN :finished THEN clock_timestamp() ELSE finished_at END,
-            partition_end = CASE WHEN :finished THEN CAST(:end AS timestamptz) ELSE partition_end END,
-            lease_owner = NULL, lease_expires_at = NULL, liveness_key = NULL, last_error = NULL
-        WHERE {OURS}
-        RETURNING watermark
-    ), closed AS (
-        UPDATE cdc_attempts a
-        SET outcome = 'COMPLETED', ended_at = clock_timestamp(), watermark_after = landed.watermark,
-            finished = :finished, records = :records, files = :files
-        FROM landed
-        WHERE a.lineage_id = :lineage_id AND a.token = :token AND a.attempt = :attempt
-    ), published AS (
-        INSERT INTO cdc_manifest (lineage_id, path, token, range_start, range_end, window_start, window_end,
-                                  rows, bytes, table_name, attempt)
-        SELECT :lineage_id, f.path, :token, f.range_start, f.range_end, f.window_start, f.window_end,
-               f.rows, f.bytes, f.table_name, :attempt
-        FROM landed CROSS JOIN unnest(
-            CAST(:paths AS text[]), CAST(:range_starts AS timestamptz[]), CAST(:range_ends AS timestamptz[]),
-            CAST(:window_starts AS timestamptz[]), CAST(:window_ends AS timestamptz[]), CAST(:rows AS bigint[]),
-            CAST(:bytes AS bigint[]), CAST(:table_names AS text[])
-        ) AS f(path, range_start, range_end, window_start, window_end, rows, bytes, table_name)
-        ON CONFLICT (lineage_id, path) DO UPDATE
-        SET token = EXCLUDED.token, range_start = EXCLUDED.range_start, range_end = EXCLUDED.range_end,
-            window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end, rows = EXCLUDED.rows,
-            bytes = EXCLUDED.bytes, table_name = EXCLUDED.table_name, attempt = EXCLUDED.attempt,
-            published_at = clock_timestamp()
-    )
-    SELECT watermark FROM landed
     """,
 )
 # ORDER BY token: concurrent parents insert (and so lock) shared children in one order.
@@ -202,25 +173,24 @@ INSERT_MOVES = sa.text(
     ON CONFLICT DO NOTHING
     """,
 )
-# Locking the children first serialises the parents' transactions on them: whichever locks last
-# sees every other parent's FINISHED mark (READ COMMITTED takes a new snapshot per statement).
-LOCK_CREATED_CHILDREN = sa.text(
-    """
-    SELECT c.token FROM cdc_partitions c
-    JOIN cdc_partition_parents e ON e.lineage_id = c.lineage_id AND e.child_token = c.token
-    WHERE e.lineage_id = :lineage_id AND e.parent_token = :token AND c.state = 'CREATED'
-    ORDER BY c.token
-    FOR UPDATE OF c
-    """,
-)
+# A child is promoted when none of its parents is unfinished (an unknown parent counts as unfinished). Every
+# lookup names its keys as a constant array: as correlated joins, a lineage without statistics (estimated at
+# one row) got a scan of all its partitions per edge, seconds per batch at 10,000 partitions.
 PROMOTE = sa.text(
     """
+    WITH edges AS MATERIALIZED (
+        SELECT e.child_token, e.parent_token FROM cdc_partition_parents e
+        WHERE e.lineage_id = :lineage_id AND e.child_token = ANY(CAST(:tokens AS text[]))
+    ), finished AS MATERIALIZED (
+        SELECT p.token FROM cdc_partitions p
+        WHERE p.lineage_id = :lineage_id AND p.token = ANY(ARRAY(SELECT parent_token FROM edges))
+          AND p.state = 'FINISHED'
+    ), blocked AS (
+        SELECT e.child_token FROM edges e WHERE e.parent_token NOT IN (SELECT token FROM finished)
+    )
     UPDATE cdc_partitions c SET state = 'READY', ready_at = clock_timestamp()
     WHERE c.lineage_id = :lineage_id AND c.token = ANY(CAST(:tokens AS text[])) AND c.state = 'CREATED'
-      AND NOT EXISTS (
-          SELECT 1 FROM cdc_partition_parents e
-          LEFT JOIN cdc_partitions p ON p.lineage_id = e.lineage_id AND p.token = e.parent_token
-          WHERE e.lineage_id = c.lineage_id AND e.child_token = c.token AND p.state IS DISTINCT FROM 'FINISHED')
+      AND c.token NOT IN (SELECT child_token FROM blocked)
     RETURNING c.token
     """,
 )

@@ -12,9 +12,10 @@ from sqlalchemy.engine import Connection
 
 from spanner_cdc.lineage import rules
 from spanner_cdc.source.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
-from spanner_cdc.store.base import StoreBase, utc, utc_required
+from spanner_cdc.store.base import utc, utc_required
+from spanner_cdc.store.batches import BatchTransitions, lease_lost
 from spanner_cdc.store.liveness import Liveness
-from spanner_cdc.store.models import Claim, LeaseLost, ManifestFile
+from spanner_cdc.store.models import Claim, Completion, ManifestFile
 from spanner_cdc.store.transition_sql import (
     CLAIM_ANY,
     CLAIM_NAMED,
@@ -22,15 +23,8 @@ from spanner_cdc.store.transition_sql import (
     EXPIRE_ATTEMPT,
     FAIL,
     HOLDER_DIED,
-    INSERT_CHILDREN,
-    INSERT_EDGES,
-    INSERT_MOVES,
-    INSERT_STARTED,
-    LAND,
     LEASE_EXPIRED,
-    LEASE_HOLDER,
-    LOCK_CREATED_CHILDREN,
-    PROMOTE,
+    NO_NESTED_LOOPS,
     RENEW,
     SCHEDULE,
 )
@@ -43,7 +37,7 @@ def _claim_key(claim: Claim) -> dict[str, object]:
     return {"lineage_id": claim.lineage_id, "token": claim.token, "owner": claim.owner, "attempt": claim.attempt}
 
 
-class PartitionTransitions(StoreBase):
+class PartitionTransitions(BatchTransitions):
     _liveness: Liveness
 
     def claim(
@@ -82,6 +76,7 @@ class PartitionTransitions(StoreBase):
         }
 
         def body(conn: Connection) -> Sequence[sa.Row[Any]]:
+            conn.execute(NO_NESTED_LOOPS)
             rows = conn.execute(statement, params).all()
             reclaimed = [
                 {
@@ -123,8 +118,12 @@ class PartitionTransitions(StoreBase):
             "lease": lease,
             "limit": limit,
         }
-        rows = self._db.transaction(lambda conn: conn.execute(SCHEDULE, params).all())
-        return sorted(r.token for r in rows)
+
+        def body(conn: Connection) -> Sequence[sa.Row[Any]]:
+            conn.execute(NO_NESTED_LOOPS)
+            return conn.execute(SCHEDULE, params).all()
+
+        return sorted(r.token for r in self._db.transaction(body))
 
     def renew(self, claim: Claim, lease: timedelta) -> Claim:
         """Extend a held lease; LeaseLost when the token is no longer ours."""
@@ -132,7 +131,7 @@ class PartitionTransitions(StoreBase):
         def body(conn: Connection) -> datetime:
             expires = conn.execute(RENEW, {**_claim_key(claim), "lease": lease}).scalar_one_or_none()
             if expires is None:
-                raise self._lease_lost(conn, claim, "renew")
+                raise lease_lost(conn, claim, "renew")
             return utc_required(expires)
 
         expires_at = self._db.transaction(body)
@@ -167,63 +166,15 @@ class PartitionTransitions(StoreBase):
         moves: Sequence[PartitionEventRecord] = (),
     ) -> list[str]:
         """Commit a landed range in one transaction; return the children (and, MUTABLE_KEY_RANGE, the started
-        partitions) this made READY. `moves` are kept as edges with their time."""
-        rules.require_utc(watermark, "watermark")
-        for file in files:
-            if file.token != claim.token:
-                raise ValueError(f"manifest file {file.path} belongs to token {file.token}, not {claim.token}")
-        new_children = _children_of(claim.token, children)
-        end = min((record.start_timestamp for record in children), default=watermark + rules.ONE_MICROSECOND)
-        key = _claim_key(claim)
-        arrays = _manifest_arrays(files, window_start, window_end)
-        params = {
-            **key,
-            **arrays,
-            "watermark": watermark,
-            "state": str(rules.State.FINISHED if finished else rules.State.READY),
-            "finished": finished,
-            "end": end,
-            "records": records,
-            "files": len(arrays["paths"]),
-        }
-
-        new_started = _started(started)
-        move_edges = _move_edges(claim.token, moves)
-
-        def body(conn: Connection) -> list[str]:
-            if conn.execute(LAND, params).scalar_one_or_none() is None:
-                raise self._lease_lost(conn, claim, "complete")
-            ready = _insert_started_and_moves(conn, claim.lineage_id, new_started, move_edges)
-            if new_children:
-                conn.execute(
-                    INSERT_CHILDREN,
-                    {
-                        "lineage_id": claim.lineage_id,
-                        "tokens": [t for t, _, _ in new_children],
-                        "starts": [start for _, start, _ in new_children],
-                    },
-                )
-                edges = [(t, parent) for t, _, parents in new_children for parent in parents]
-                conn.execute(
-                    INSERT_EDGES,
-                    {
-                        "lineage_id": claim.lineage_id,
-                        "children": [child for child, _ in edges],
-                        "parents": [parent for _, parent in edges],
-                    },
-                )
-            if not finished:
-                return sorted(ready)
-            candidates = conn.execute(LOCK_CREATED_CHILDREN, key).scalars().all()
-            if not candidates:
-                return sorted(ready)
-            promoted = conn.execute(PROMOTE, {"lineage_id": claim.lineage_id, "tokens": list(candidates)})
-            return sorted([*ready, *promoted.scalars().all()])
-
-        promoted = self._db.transaction(body)
-        if promoted:
-            log.debug("lineage %s token %s: finished, promoted %s", claim.lineage_id, claim.token, promoted)
-        return promoted
+        partitions) this made READY, as a batch of one. `moves` are kept as edges with their time."""
+        item = Completion(
+            claim, watermark, finished, tuple(children), tuple(files), records, window_start, window_end,
+            tuple(started), tuple(moves),
+        )  # fmt: skip
+        result = self.complete_many([item])
+        if result.lost:
+            raise result.lost[0]
+        return list(result.promoted)
 
     def fail(self, claim: Claim, error: str) -> None:
         """Record a failed attempt with its error, release the lease and make the token READY again."""
@@ -231,80 +182,6 @@ class PartitionTransitions(StoreBase):
 
         def body(conn: Connection) -> None:
             if conn.execute(FAIL, params).scalar_one_or_none() is None:
-                raise self._lease_lost(conn, claim, "fail")
+                raise lease_lost(conn, claim, "fail")
 
         self._db.transaction(body)
-
-    def _lease_lost(self, conn: Connection, claim: Claim, action: str) -> LeaseLost:
-        row = conn.execute(LEASE_HOLDER, {"lineage_id": claim.lineage_id, "token": claim.token}).one_or_none()
-        now = (
-            "unknown to the lineage"
-            if row is None
-            else f"now {row.state}, attempt {row.attempts}, owner {row.lease_owner}"
-        )
-        return LeaseLost(
-            f"cannot {action} token {claim.token}: attempt {claim.attempt} of {claim.owner} no longer holds it ({now}); "
-            "its lease expired or its liveness lock was lost, and the token was reclaimed or released"
-        )
-
-
-def _children_of(token: str, records: Sequence[ChildPartitionsRecord]) -> list[tuple[str, datetime, tuple[str, ...]]]:
-    """(child token, start, parents) sorted by token, so concurrent parents lock children in one order."""
-    found: dict[str, tuple[datetime, set[str]]] = {}
-    for record in records:
-        rules.require_utc(record.start_timestamp, "child partitions start_timestamp")
-        for child in record.child_partitions:
-            start, parents = found.setdefault(child.token, (record.start_timestamp, set()))
-            # the announcing partition is a parent even when the record lists only the others
-            parents.update(p for p in child.parent_partition_tokens if p)
-            parents.add(token)
-    return [(t, start, tuple(sorted(parents))) for t, (start, parents) in sorted(found.items())]
-
-
-def _insert_started_and_moves(
-    conn: Connection, lineage_id: int, started: dict[str, list[object]], moves: dict[str, list[object]]
-) -> list[str]:
-    """MUTABLE_KEY_RANGE: the announced partitions, READY if new (returned), and the moves as edges."""
-    ready: list[str] = []
-    if started:
-        ready = list(conn.execute(INSERT_STARTED, {"lineage_id": lineage_id, **started}).scalars().all())
-    if moves["sources"]:
-        conn.execute(INSERT_MOVES, {"lineage_id": lineage_id, **moves})
-    return ready
-
-
-def _started(records: Sequence[PartitionStartRecord]) -> dict[str, list[object]]:
-    """Started partitions as (tokens, starts) arrays, sorted by token; a token announced twice keeps its earliest start."""
-    found: dict[str, datetime] = {}
-    for record in records:
-        rules.require_utc(record.start_timestamp, "partition start_timestamp")
-        for token in record.partition_tokens:
-            found[token] = min(found.get(token, record.start_timestamp), record.start_timestamp)
-    tokens = sorted(found)
-    return {"tokens": list[object](tokens), "starts": [found[t] for t in tokens]} if tokens else {}
-
-
-def _move_edges(token: str, records: Sequence[PartitionEventRecord]) -> dict[str, list[object]]:
-    """(source, destination, time) of every move an event record of partition `token` names, as arrays."""
-    edges = sorted(
-        {(source, token, r.commit_timestamp) for r in records for source in r.move_in_from}
-        | {(token, destination, r.commit_timestamp) for r in records for destination in r.move_out_to}
-    )
-    return {"sources": [e[0] for e in edges], "destinations": [e[1] for e in edges], "ats": [e[2] for e in edges]}
-
-
-def _manifest_arrays(
-    files: Sequence[ManifestFile], window_start: datetime | None, window_end: datetime | None
-) -> dict[str, list[object]]:
-    """Files as parallel arrays for one unnest; a path given twice keeps its last entry (upsert by path)."""
-    unique = list({file.path: file for file in files}.values())
-    return {
-        "paths": [f.path for f in unique],
-        "range_starts": [f.range_start for f in unique],
-        "range_ends": [f.range_end for f in unique],
-        "window_starts": [f.window_start or window_start for f in unique],
-        "window_ends": [f.window_end or window_end for f in unique],
-        "rows": [f.rows for f in unique],
-        "bytes": [f.bytes for f in unique],
-        "table_names": [f.table_name for f in unique],
-    }

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 from spanner_cdc.errors import NotFound, SpannerCdcError, StoreError
@@ -170,12 +170,27 @@ def create_app(
         return pages.render_index(base(request), all_views(), redactor.label, clock())
 
     @app.get("/streams/{stream}", response_class=HTMLResponse)
-    def stream_page(request: Request, stream: str, namespace: str = "live") -> str:
+    def stream_page(
+        request: Request,
+        stream: str,
+        namespace: str = "live",
+        page: int = 1,
+        frontier_page: int = 1,
+        stuck_page: int = 1,
+        windows_page: int = 1,
+        q: str = "",
+        state: str = "",
+        expand: Annotated[list[datetime] | None, Query()] = None,
+    ) -> str:
         store = holder.get()
         view = load_stream(store, stream, namespace)
         now = clock()
         namespaces = [ln.namespace for ln in load_lineages(store) if ln.stream == stream]
-        return pages.render_stream(base(request), view, stuck(view, now), namespaces, redactor.label, now)
+        query = pages.StreamQuery(
+            page, frontier_page, stuck_page, windows_page, q.strip(), state.strip().upper(),
+            frozenset(at if at.tzinfo else at.replace(tzinfo=UTC) for at in expand or ()),
+        )  # fmt: skip
+        return pages.render_stream(base(request), view, stuck(view, now), namespaces, redactor.label, now, query)
 
     @app.get("/dags/{dag_id}")
     def dag_link(request: Request, dag_id: str, run_id: str | None = None) -> Response:

@@ -69,9 +69,11 @@ def parent_map(view: StreamView) -> dict[str, tuple[str, ...]]:
     return {token: tuple(sorted(ps)) for token, ps in parents.items()}
 
 
-def splits_and_merges(view: StreamView) -> tuple[set[str], set[str]]:
+def splits_and_merges(
+    view: StreamView, parents: dict[str, tuple[str, ...]] | None = None
+) -> tuple[set[str], set[str]]:
     """Tokens that split (two or more children) and tokens born of a merge (two or more parents)."""
-    parents = parent_map(view)
+    parents = parent_map(view) if parents is None else parents
     children: Counter[str] = Counter(parent for ps in parents.values() for parent in ps)
     splits = {token for token, n in children.items() if n >= 2}
     merges = {token for token, ps in parents.items() if len(ps) >= 2}

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from html import escape
 from urllib.parse import quote, urlencode
 
 from spanner_cdc.times import display_time, human_duration
-from spanner_cdc.ui.health import StuckPartition, lag_seconds, state_counts, stuck
+from spanner_cdc.ui import tables
+from spanner_cdc.ui.health import StuckPartition, state_counts, stuck
 from spanner_cdc.ui.svg import STATE_COLOURS, legend_svg, render_lineage_svg
-from spanner_cdc.ui.view import StreamView, WindowView
+from spanner_cdc.ui.view import StreamView
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:16px;color:#1f2933;background:#fff}
@@ -21,6 +23,7 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px}
 .cards{display:flex;gap:10px;flex-wrap:wrap;margin:10px 0}
 .card{border:1px solid #d0d7de;border-radius:8px;padding:8px 12px;min-width:120px}
 .card b{display:block;font-size:18px} .muted{color:#6b7785;font-size:12px}
+.first-screen{display:flex;gap:24px;flex-wrap:wrap} .first-screen h2{margin-top:12px}
 .graph{overflow:auto;border:1px solid #d0d7de;border-radius:8px;padding:6px;background:#fbfcfd}
 .state{padding:1px 6px;border-radius:4px} .ok{color:#1b5e20;font-weight:600} .bad{color:#b71c1c;font-weight:600}
 .error{white-space:pre-wrap;max-width:520px}
@@ -29,8 +32,6 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px}
 
 def _e(value: object) -> str:
     return escape("" if value is None else str(value))
-
-
 
 
 def stream_href(base: str, stream: str, namespace: str) -> str:
@@ -42,11 +43,6 @@ def _page(title: str, body: str) -> str:
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
         f"<style>{STYLE}</style></head><body>{body}</body></html>"
     )
-
-
-def _state_badge(state: str) -> str:
-    fill, ink = STATE_COLOURS.get(state, ("#fff", "#000"))
-    return f'<span class="state" style="background:{fill};color:{ink}">{_e(state)}</span>'
 
 
 def render_index(base: str, views: Sequence[StreamView], store_label: str, now: datetime) -> str:
@@ -97,56 +93,45 @@ def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime
     ) + "</div>"
 
 
-def _partitions_table(view: StreamView) -> str:
-    rows = []
-    for p in sorted(view.partitions, key=lambda p: (p.start is not None, p.start.timestamp() if p.start else 0.0, p.token)):
-        lag = lag_seconds(p, view)
-        lease = f"{p.lease_owner} until {display_time(p.lease_expires_at, precise=False)}" if p.lease_owner else "—"
-        rows.append(
-            f'<tr data-token="{_e(p.token)}"><td class=mono>{_e(p.token)}</td><td>{_state_badge(p.state)}</td>'
-            f"<td>{display_time(p.start)}</td><td>{display_time(p.end)}</td><td>{display_time(p.watermark)}</td>"
-            f"<td class=num>{human_duration(lag, '—')}</td><td class=num>{p.attempts}</td><td>{_e(lease)}</td>"
-            f"<td class=mono>{_e(', '.join(p.parents)) or '—'}</td>"
-            f"<td class='error'>{_e(p.last_error) or '—'}</td></tr>"
-        )
+@dataclass(frozen=True)
+class StreamQuery:
+    """The stream page's query parameters: pages of each table, the partition search, windows to expand."""
+
+    page: int = 1
+    frontier_page: int = 1
+    stuck_page: int = 1
+    windows_page: int = 1
+    q: str = ""
+    state: str = ""
+    expand: frozenset[datetime] = frozenset()
+
+    def params(self, namespace: str, changes: Mapping[str, str | None]) -> list[tuple[str, str]]:
+        values: dict[str, str | None] = {
+            "namespace": namespace, "q": self.q or None, "state": self.state or None,
+            **{name: str(getattr(self, name)) if getattr(self, name) != 1 else None for name in PAGE_PARAMS},
+        }  # fmt: skip
+        values.update(changes)
+        pairs = [(k, v) for k, v in values.items() if v is not None]
+        expand = set(self.expand)
+        if changes.get("expand"):
+            pairs = [(k, v) for k, v in pairs if k != "expand"]
+            expand.add(datetime.fromisoformat(str(changes["expand"])))
+        return pairs + [("expand", at.isoformat()) for at in sorted(expand)]
+
+
+PAGE_PARAMS = ("page", "frontier_page", "stuck_page", "windows_page")
+
+
+def _search_form(query: StreamQuery, namespace: str) -> str:
+    options = "".join(
+        f'<option value="{s}"{" selected" if s == query.state else ""}>{s or "any state"}</option>'
+        for s in ("", *STATE_COLOURS)
+    )
     return (
-        "<table id=partitions><tr><th>token</th><th>state</th><th>start</th><th>end</th><th>watermark</th>"
-        "<th>lag behind newest window</th><th>attempts</th><th>lease</th><th>parents</th><th>last error</th></tr>"
-        + "".join(rows) + "</table>"
+        f'<form id=search method=get><input type=hidden name=namespace value="{_e(namespace)}">'
+        f'<input name=q placeholder="token contains" value="{_e(query.q)}"> <select name=state>{options}</select> '
+        f"<button type=submit>search</button></form>"
     )
-
-
-def _check_cell(window: WindowView) -> str:
-    verdict = window.check_passed
-    css = "muted" if verdict is None else "ok" if verdict else "bad"
-    return f'<span class="{css}" data-check="{_e(verdict)}">{_e(window.check_text)}</span>'
-
-
-def _windows_table(view: StreamView) -> str:
-    rows = "".join(
-        f'<tr data-window-start="{_e(w.start.isoformat())}" data-complete="{str(w.complete).lower()}">'
-        f"<td>{display_time(w.start)}</td><td>{display_time(w.end)}</td><td>{_e(w.state)}</td>"
-        f'<td class="{"ok" if w.complete else "bad"}">{"complete" if w.complete else "open"}</td>'
-        f"<td class=num>{_e(w.records) or '—'}</td><td class=num>{_e(w.files) or '—'}</td>"
-        f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td></tr>"
-        for w in sorted(view.windows, key=lambda w: w.start, reverse=True)
-    )
-    return (
-        "<table id=windows><tr><th>start</th><th>end</th><th>state</th><th>completeness</th><th>records</th>"
-        "<th>files</th><th>transaction check</th><th>duration</th></tr>" + rows + "</table>"
-        if view.windows
-        else "<p>No window yet.</p>"
-    )
-
-
-def _stuck_table(stuck_list: Sequence[StuckPartition]) -> str:
-    if not stuck_list:
-        return "<p id=stuck class=ok>Nothing stuck.</p>"
-    rows = "".join(
-        f"<tr><td class=mono>{_e(s.token)}</td><td>{_state_badge(s.state)}</td><td class=error>{_e(s.reason)}</td></tr>"
-        for s in stuck_list
-    )
-    return f"<table id=stuck><tr><th>token</th><th>state</th><th>why</th></tr>{rows}</table>"
 
 
 def render_stream(
@@ -156,24 +141,41 @@ def render_stream(
     namespaces: Iterable[str],
     store_label: str,
     now: datetime,
+    query: StreamQuery | None = None,
 ) -> str:
+    """The first screen holds the cards, the open windows, the stuck tokens and the live frontier; the graph by
+    time, all windows and all partitions (paged, searchable) follow."""
+    query = query or StreamQuery()
     ln = view.lineage
+    here = stream_href(base, ln.stream, ln.namespace).split("?")[0]
+
+    def href(changes: Mapping[str, str | None]) -> str:
+        return f"{here}?{urlencode(query.params(ln.namespace, changes))}"
+
     others = " · ".join(
         f"<b>{_e(ns)}</b>" if ns == ln.namespace else f'<a href="{_e(stream_href(base, ln.stream, ns))}">{_e(ns)}</a>'
         for ns in namespaces
     )
     api = f"{base}/api/streams/{quote(ln.stream, safe='')}?{urlencode({'namespace': ln.namespace})}"
-    graph = render_lineage_svg(view, frozenset(s.token for s in stuck_list))
+    graph = render_lineage_svg(
+        view, frozenset(s.token for s in stuck_list), expand=query.expand,
+        expand_href=lambda at: href({"expand": at.isoformat()}) + "#lineage",
+    )  # fmt: skip
     body = (
         f'<p class=muted><a href="{_e(base)}/">all lineages</a> · namespaces: {others} · '
         f'<a href="{_e(api)}">JSON</a> · store <code>{_e(store_label)}</code> · shown at {display_time(now, precise=False)}</p>'
         f"<h1>{_e(ln.stream)} <span class=muted>namespace {_e(ln.namespace)}"
         f"{' · database ' + _e(ln.database) if ln.database else ''}</span></h1>"
         f"{_cards(view, stuck_list, now)}"
-        f"<h2>Lineage</h2>{legend_svg()}<div class=graph>{graph}</div>"
-        f"<h2>Stuck</h2>{_stuck_table(stuck_list)}"
-        f"<h2>Windows</h2>{_windows_table(view)}"
-        f"<h2>Partitions</h2>{_partitions_table(view)}"
+        f'<div class="first-screen"><section><h2>Open windows</h2>{tables.open_windows_table(view)}</section>'
+        f"<section><h2>Stuck</h2>{tables.stuck_table(stuck_list, query.stuck_page, href)}</section></div>"
+        f"<h2>Live frontier</h2>{tables.frontier_table(view, query.frontier_page, href)}"
+        f'<h2 id=lineage>Lineage by time</h2><p class=muted>One column per window; finished partitions of older '
+        f"windows are folded into a box at the top of their column (follow it to draw them).</p>"
+        f"{legend_svg()}<div class=graph>{graph}</div>"
+        f"<h2>Windows</h2>{tables.windows_table(view, query.windows_page, href)}"
+        f"<h2 id=all-partitions>Partitions</h2>{_search_form(query, ln.namespace)}"
+        f"{tables.partitions_table(view, query.page, href, query.q, query.state)}"
     )
     return _page(f"{ln.stream} ({ln.namespace}) · Spanner CDC", body)
 

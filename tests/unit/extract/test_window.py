@@ -103,9 +103,9 @@ class FakeStore:
     def __init__(self) -> None:
         self.renewed: list[str] = []
 
-    def renew(self, claim: Claim, lease: timedelta) -> Claim:
-        self.renewed.append(claim.token)
-        return claim
+    def renew_many(self, claims: list[Claim], lease: timedelta) -> tuple[list[Claim], list[Claim]]:
+        self.renewed += [c.token for c in claims]
+        return list(claims), []
 
 
 def claim(token: str) -> Claim:
@@ -158,9 +158,9 @@ def test_lease_keeper_checks_the_liveness_lock_between_renewals(monkeypatch: pyt
         def keep_alive(self) -> None:
             self.checked.set()
 
-        def renew(self, claim: object, lease: object) -> object:
-            self.renewed.append(claim)
-            return claim
+        def renew_many(self, claims: list[object], lease: object) -> tuple[list[object], list[object]]:
+            self.renewed += claims
+            return claims, []
 
     monkeypatch.setattr(extract, "LIVENESS_CHECK_S", 0.01)
     store = Store()
@@ -168,3 +168,32 @@ def test_lease_keeper_checks_the_liveness_lock_between_renewals(monkeypatch: pyt
         keeper.hold(Claim(1, "t", S, None, "me", 1, E))
         assert store.checked.wait(timeout=30)
     assert store.renewed == []  # a renewal is due only every third of the lease
+
+
+def test_lease_keeper_renews_every_held_claim_in_one_call_and_drops_the_lost_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Store:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+            self.twice = threading.Event()
+
+        def keep_alive(self) -> None:
+            pass
+
+        def renew_many(self, claims: list[Claim], lease: timedelta) -> tuple[list[Claim], list[Claim]]:
+            self.calls.append(sorted(c.token for c in claims))
+            if len(self.calls) >= 2:
+                self.twice.set()
+            lost = [c for c in claims if c.token == "b"]
+            return [c for c in claims if c not in lost], lost
+
+    monkeypatch.setattr(extract, "LIVENESS_CHECK_S", 0.01)
+    store = Store()
+    keeper = extract.LeaseKeeper(store, timedelta(seconds=0.06))  # type: ignore[arg-type]
+    for token in ("a", "b", "c"):
+        keeper.hold(claim(token))  # held before the thread starts, so the first round sees all three
+    with keeper:
+        assert store.twice.wait(timeout=30)
+    # one call per round for all three; b's lease was lost, so the next round renews only a and c
+    assert store.calls[0] == ["a", "b", "c"] and store.calls[1] == ["a", "c"]

@@ -1,0 +1,173 @@
+"""Paged HTML tables of a stream page: open windows, stuck tokens, the frontier, all windows, all partitions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import TypeVar
+
+from spanner_cdc.times import display_time, human_duration
+from spanner_cdc.ui.health import StuckPartition, lag_seconds
+from spanner_cdc.ui.svg import STATE_COLOURS
+from spanner_cdc.ui.view import PartitionView, StreamView, WindowView
+
+T = TypeVar("T")
+FRONTIER_PAGE = 20
+STUCK_PAGE = 10
+WINDOWS_PAGE = 24
+PARTITIONS_PAGE = 100
+# href(changes) -> the current page's URL with those query parameters replaced
+Href = Callable[[dict[str, str | None]], str]
+
+
+def _e(value: object) -> str:
+    return escape("" if value is None else str(value))
+
+
+def state_badge(state: str) -> str:
+    fill, ink = STATE_COLOURS.get(state, ("#fff", "#000"))
+    return f'<span class="state" style="background:{fill};color:{ink}">{_e(state)}</span>'
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of `total` rows; `number` is 1-based and clamped to the pages that exist."""
+
+    number: int
+    size: int
+    total: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.size))
+
+    def slice(self, rows: Sequence[T]) -> Sequence[T]:
+        start = (self.number - 1) * self.size
+        return rows[start : start + self.size]
+
+
+def page_of(rows: Sequence[object], requested: int, size: int) -> Page:
+    total = len(rows)
+    pages = max(1, -(-total // size))
+    return Page(min(max(requested, 1), pages), size, total)
+
+
+def pager(page: Page, param: str, href: Href, what: str) -> str:
+    """`rows a-b of n` with previous / next links that keep every other query parameter."""
+    if page.total <= page.size:
+        return ""
+    first = (page.number - 1) * page.size + 1
+    last = min(page.number * page.size, page.total)
+    links = []
+    if page.number > 1:
+        links.append(f'<a rel="prev" href="{_e(href({param: str(page.number - 1)}))}">previous</a>')
+    if page.number < page.pages:
+        links.append(f'<a rel="next" href="{_e(href({param: str(page.number + 1)}))}">next</a>')
+    return (
+        f'<p class="pager muted" data-pager="{_e(param)}">{what} {first}–{last} of {page.total} '
+        f"(page {page.number} of {page.pages}) {' · '.join(links)}</p>"
+    )
+
+
+def open_windows_table(view: StreamView) -> str:
+    open_ones = sorted((w for w in view.windows if not w.complete), key=lambda w: w.start)
+    if not open_ones:
+        return "<p id=open-windows class=ok>No open window: every window is complete.</p>"
+    rows = "".join(
+        f'<tr data-open-window="{_e(w.start.isoformat())}"><td>{display_time(w.start)}</td><td>{display_time(w.end)}</td>'
+        f"<td>{_e(w.state)}</td><td>{display_time(w.opened_at, precise=False)}</td></tr>"
+        for w in open_ones
+    )
+    return f"<table id=open-windows><tr><th>start</th><th>end</th><th>state</th><th>opened</th></tr>{rows}</table>"
+
+
+def stuck_table(stuck_list: Sequence[StuckPartition], requested: int, href: Href) -> str:
+    if not stuck_list:
+        return "<p id=stuck class=ok>Nothing stuck.</p>"
+    page = page_of(stuck_list, requested, STUCK_PAGE)
+    rows = "".join(
+        f"<tr><td class=mono>{_e(s.token)}</td><td>{state_badge(s.state)}</td><td class=error>{_e(s.reason)}</td></tr>"
+        for s in page.slice(stuck_list)
+    )
+    table = f"<table id=stuck><tr><th>token</th><th>state</th><th>why</th></tr>{rows}</table>"
+    return table + pager(page, "stuck_page", href, "stuck rows")
+
+
+def frontier_rows(view: StreamView) -> list[tuple[PartitionView, float | None]]:
+    """Unfinished partitions, furthest behind first."""
+    alive = [(p, lag_seconds(p, view)) for p in view.partitions if p.state != "FINISHED"]
+    return sorted(alive, key=lambda pl: (-(pl[1] or 0.0), pl[0].token))
+
+
+def frontier_table(view: StreamView, requested: int, href: Href) -> str:
+    rows_all = frontier_rows(view)
+    if not rows_all:
+        return "<p id=frontier>No live partition: every partition is finished.</p>"
+    page = page_of(rows_all, requested, FRONTIER_PAGE)
+    rows = "".join(
+        f'<tr data-token="{_e(p.token)}"><td class=mono>{_e(p.token)}</td><td>{state_badge(p.state)}</td>'
+        f"<td>{display_time(p.watermark)}</td><td class=num>{human_duration(lag, '—')}</td><td class=num>{p.attempts}</td>"
+        f"<td>{_e(_lease(p))}</td></tr>"
+        for p, lag in page.slice(rows_all)
+    )
+    table = (
+        "<table id=frontier><tr><th>token</th><th>state</th><th>watermark</th><th>lag behind newest window</th>"
+        f"<th>attempts</th><th>lease</th></tr>{rows}</table>"
+    )
+    return table + pager(page, "frontier_page", href, "live partitions")
+
+
+def _lease(p: PartitionView) -> str:
+    return f"{p.lease_owner} until {display_time(p.lease_expires_at, precise=False)}" if p.lease_owner else "—"
+
+
+def _check_cell(window: WindowView) -> str:
+    verdict = window.check_passed
+    css = "muted" if verdict is None else "ok" if verdict else "bad"
+    return f'<span class="{css}" data-check="{_e(verdict)}">{_e(window.check_text)}</span>'
+
+
+def windows_table(view: StreamView, requested: int, href: Href) -> str:
+    if not view.windows:
+        return "<p>No window yet.</p>"
+    newest_first = sorted(view.windows, key=lambda w: w.start, reverse=True)
+    page = page_of(newest_first, requested, WINDOWS_PAGE)
+    rows = "".join(
+        f'<tr data-window-start="{_e(w.start.isoformat())}" data-complete="{str(w.complete).lower()}">'
+        f"<td>{display_time(w.start)}</td><td>{display_time(w.end)}</td><td>{_e(w.state)}</td>"
+        f'<td class="{"ok" if w.complete else "bad"}">{"complete" if w.complete else "open"}</td>'
+        f"<td class=num>{_e(w.records) or '—'}</td><td class=num>{_e(w.files) or '—'}</td>"
+        f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td></tr>"
+        for w in page.slice(newest_first)
+    )
+    table = (
+        "<table id=windows><tr><th>start</th><th>end</th><th>state</th><th>completeness</th><th>records</th>"
+        "<th>files</th><th>transaction check</th><th>duration</th></tr>" + rows + "</table>"
+    )
+    return table + pager(page, "windows_page", href, "windows")
+
+
+def partitions_table(view: StreamView, requested: int, href: Href, query: str = "", state: str = "") -> str:
+    """Every partition (or those whose token contains `query`, in `state`), oldest first, a page at a time."""
+    matching = [
+        p for p in view.partitions if (not query or query in p.token) and (not state or p.state == state)
+    ]
+    matching.sort(key=lambda p: (p.start is not None, p.start.timestamp() if p.start else 0.0, p.token))
+    page = page_of(matching, requested, PARTITIONS_PAGE)
+    rows = []
+    for p in page.slice(matching):
+        rows.append(
+            f'<tr data-token="{_e(p.token)}"><td class=mono>{_e(p.token)}</td><td>{state_badge(p.state)}</td>'
+            f"<td>{display_time(p.start)}</td><td>{display_time(p.end)}</td><td>{display_time(p.watermark)}</td>"
+            f"<td class=num>{human_duration(lag_seconds(p, view), '—')}</td><td class=num>{p.attempts}</td><td>{_e(_lease(p))}</td>"
+            f"<td class=mono>{_e(', '.join(p.parents)) or '—'}</td>"
+            f"<td class='error'>{_e(p.last_error) or '—'}</td></tr>"
+        )
+    found = f"<p class=muted>{page.total} partition{'s' if page.total != 1 else ''} match.</p>" if query or state else ""
+    table = (
+        "<table id=partitions><tr><th>token</th><th>state</th><th>start</th><th>end</th><th>watermark</th>"
+        "<th>lag behind newest window</th><th>attempts</th><th>lease</th><th>parents</th><th>last error</th></tr>"
+        + "".join(rows) + "</table>"
+    )
+    return found + table + pager(page, "page", href, "partitions")
