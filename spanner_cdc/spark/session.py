@@ -144,10 +144,11 @@ def _create(master: str) -> SparkSession:
     # without it, that process is whatever `python3` is first on PATH, which lacks the package
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder: Any = SparkSession.builder.master(master).appName(APP_NAME)
-    for key, value in classic_conf(master).items():
-        builder = builder.config(key, value)
-    session = _start_driver(builder, master)
+    with _classic_by_master():
+        builder: Any = SparkSession.builder.master(master).appName(APP_NAME)
+        for key, value in classic_conf(master).items():
+            builder = builder.config(key, value)
+        session = _start_driver(builder, master)
     session.sparkContext.setLogLevel("ERROR")
     return session
 
@@ -173,6 +174,22 @@ def check_java(master: str) -> None:
     elif shutil.which("java") is None:
         raise SparkStartError(f"Spark needs Java for master {master}: no `java` on PATH and JAVA_HOME is unset; "
                               "install a Java 17 runtime or set JAVA_HOME to one")  # fmt: skip
+
+
+# pyspark marks a process that once made a Connect session with SPARK_CONNECT_MODE_ENABLED in os.environ, and a child
+# process inherits it; SPARK_REMOTE, if a user exported it, points the same way. Either makes the classic builder refuse
+# (CONNECT_URL_NOT_SET) or connect somewhere else, although the master asked for a local or standalone driver.
+CONNECT_MARKERS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+
+
+@contextmanager
+def _classic_by_master() -> Iterator[None]:
+    """While a classic driver starts, the master decides: the Connect markers are set aside, then put back."""
+    saved = {name: os.environ.pop(name) for name in CONNECT_MARKERS if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _start_driver(builder: Any, master: str) -> SparkSession:

@@ -74,3 +74,26 @@ def test_the_child_starts_with_sigint_ignored_and_this_process_keeps_its_handler
     ignored = int(out.split()[1], 16)
     assert ignored & (1 << (signal.SIGINT - 1)), out
     assert signal.getsignal(signal.SIGINT) is before
+
+
+CLASSIC_IN_A_CONNECT_MARKED_PROCESS = """
+import os
+from spanner_cdc.spark.session import spark_session
+session = spark_session("local[1]")
+print(session.range(3).count(), os.environ.get("SPARK_CONNECT_MODE_ENABLED"), os.environ.get("SPARK_REMOTE"))
+"""
+
+
+def test_a_local_master_starts_a_classic_driver_in_a_process_marked_for_connect() -> None:
+    """A child of a process that made a Connect session inherits pyspark's marker; the master still decides."""
+    import os
+    import sys
+
+    env = {**os.environ, "SPARK_CONNECT_MODE_ENABLED": "1", "SPARK_REMOTE": "sc://127.0.0.1:1"}
+    result = subprocess.run(
+        [sys.executable, "-c", CLASSIC_IN_A_CONNECT_MARKED_PROCESS], env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    # three rows counted by a local driver, and the markers put back for whatever else the process runs
+    assert result.stdout.split() == ["3", "1", "sc://127.0.0.1:1"]
