@@ -28,6 +28,7 @@ from spanner_cdc.lake.publish import (
 from spanner_cdc.lake.storage import join
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
+from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import WRITER_ENV, TokenJobSpec, lake_writer
 from spanner_cdc.spark.token_job import run_token_job
 from spanner_cdc.store.models import Claim, LeaseLost, ManifestFile
@@ -272,24 +273,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         _fail(job, claim, exc)
         raise
     failpoint("after_publish")
-    try:
-        promoted = job.store.complete(
-            claim,
-            watermark=summary.watermark,
-            finished=summary.finished,
-            children=summary.children,
-            started=summary.started,
-            moves=summary.moves,
-            files=files,
-            records=summary.rows,
-            window_start=job.window_start,
-            window_end=job.window_end,
-        )
-    except LeaseLost:
-        raise  # another worker owns the token now; what this one published has the same names as its files
-    except Exception as exc:
-        _fail(job, claim, exc)  # the files stay journaled: the retry removes or replaces them
-        raise
+    promoted = _commit(job, claim, summary, files)
     failpoint("after_commit")
     clear_journal(job.layout, token)
     clear_staging(spec.attempt_dir)
@@ -311,6 +295,28 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         read_to=read_to,
         elapsed_s=elapsed,
     )
+
+
+def _commit(job: ExtractJob, claim: Claim, summary: ControlSummary, files: list[ManifestFile]) -> list[str]:
+    """The landed range, its files, children, starts and moves in one store transaction; the children made READY."""
+    try:
+        return job.store.complete(
+            claim,
+            watermark=summary.watermark,
+            finished=summary.finished,
+            children=summary.children,
+            started=summary.started,
+            moves=summary.moves,
+            files=files,
+            records=summary.rows,
+            window_start=job.window_start,
+            window_end=job.window_end,
+        )
+    except LeaseLost:
+        raise  # another worker owns the token now; what this one published has the same names as its files
+    except Exception as exc:
+        _fail(job, claim, exc)  # the files stay journaled: the retry removes or replaces them
+        raise
 
 
 def _fail(job: ExtractJob, claim: Claim, exc: BaseException) -> None:

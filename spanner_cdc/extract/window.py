@@ -255,35 +255,48 @@ def extract_tokens(
             window_start=start,
             window_end=end,
             read_method=method,
-            connection={
-                "project": settings.project,
-                "instance": settings.instance,
-                "database": settings.database,
-                "emulator_host": settings.emulator_host,
-                "dialect": dialect,
-                "partition_mode": partition_mode,
-                "heartbeat_ms": settings.heartbeat_ms,
-            },
+            connection=_connection(settings, dialect, partition_mode),
         )
-        state = Progress(waiting=len(claims), tokens=[c.token for c in claims])
+        tracker = _ProgressTracker(Progress(waiting=len(claims), tokens=[c.token for c in claims]), progress)
+        return extract_claims(
+            job, claims, concurrency=settings.concurrency, lease=lease, on_start=tracker.started, on_done=tracker.done
+        )
 
-        def on_start(claim: Any) -> None:
-            state.waiting -= 1
-            state.running += 1
-            if progress:
-                progress(state)
 
-        def on_done(claim: Any, result: TokenResult | None) -> None:
-            state.running -= 1
-            if result is None:
-                state.failed += 1
-            else:
-                state.done += 1
-                state.records += result.records
-            if progress:
-                progress(state)
+def _connection(settings: Settings, dialect: str, partition_mode: str) -> dict[str, Any]:
+    """What an executor needs to open the database, as the token job's options."""
+    return {
+        "project": settings.project,
+        "instance": settings.instance,
+        "database": settings.database,
+        "emulator_host": settings.emulator_host,
+        "dialect": dialect,
+        "partition_mode": partition_mode,
+        "heartbeat_ms": settings.heartbeat_ms,
+    }
 
-        return extract_claims(job, claims, concurrency=settings.concurrency, lease=lease, on_start=on_start, on_done=on_done)
+
+class _ProgressTracker:
+    """Counts tokens waiting, running, done and failed, and tells `progress` after each change."""
+
+    def __init__(self, state: Progress, progress: ProgressCallback | None) -> None:
+        self.state, self.progress = state, progress
+
+    def started(self, claim: Any) -> None:
+        self.state.waiting -= 1
+        self.state.running += 1
+        if self.progress:
+            self.progress(self.state)
+
+    def done(self, claim: Any, result: TokenResult | None) -> None:
+        self.state.running -= 1
+        if result is None:
+            self.state.failed += 1
+        else:
+            self.state.done += 1
+            self.state.records += result.records
+        if self.progress:
+            self.progress(self.state)
 
 
 def close_window(settings: Settings, window_start: datetime, window_end: datetime) -> WindowSummary:

@@ -6,9 +6,10 @@ import json
 import logging
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -112,27 +113,21 @@ def publish(
             "paths": [str(dest) for _, dest in moves],
         },
     )
-    manifest: list[ManifestFile] = []
-    for staged, dest in moves:
-        rows = pq.read_metadata(staged.path).num_rows
-        size = staged.path.stat().st_size
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staged.path, dest)
-        _fsync_dir(dest.parent)
-        manifest.append(
-            ManifestFile(
-                path=str(dest),
-                token=token,
-                range_start=range_start,
-                range_end=range_end,
-                window_start=window_start,
-                window_end=window_end,
-                rows=rows,
-                bytes=size,
-                table_name=staged.table,
-            )
-        )
-    return manifest
+    entry = partial(
+        ManifestFile, token=token, range_start=range_start, range_end=range_end, window_start=window_start,
+        window_end=window_end,
+    )  # fmt: skip
+    return [_move_into_place(staged, dest, entry) for staged, dest in moves]
+
+
+def _move_into_place(staged: StagedFile, dest: Path, entry: Callable[..., ManifestFile]) -> ManifestFile:
+    """One atomic rename to the published name, made durable, and the file's manifest entry."""
+    rows = pq.read_metadata(staged.path).num_rows
+    size = staged.path.stat().st_size
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged.path, dest)
+    _fsync_dir(dest.parent)
+    return entry(path=str(dest), rows=rows, bytes=size, table_name=staged.table)
 
 
 def begin_attempt(

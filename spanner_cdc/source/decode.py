@@ -262,7 +262,9 @@ def _positions(struct: dict[str, Any], wanted: Sequence[str], what: str) -> list
     return [struct[name][0] for name in wanted]
 
 
-def _googlesql_mapper(fields: Sequence[Any]) -> RowMapper:
+def _googlesql_layout(fields: Sequence[Any]) -> tuple[int, dict[str, tuple[int, Any]], list[list[int]]]:
+    """Where things are in the result metadata: the ChangeRecord column, its record kinds, and each struct's fields
+    (positions of data change, column type, mod, heartbeat, child partitions and child partition fields)."""
     names = [f.name for f in fields]
     column = names.index("ChangeRecord") if "ChangeRecord" in names else (0 if len(names) == 1 else -1)
     if column < 0:
@@ -270,21 +272,26 @@ def _googlesql_mapper(fields: Sequence[Any]) -> RowMapper:
     outer = _struct_of(fields[column].type_, "ChangeRecord")
     if not set(outer) & set(RECORD_KINDS):
         raise SourceError("unexpected result metadata: ChangeRecord holds no known record kind", raw=str(list(outer)))
-    unknown = [i for name, (i, _) in outer.items() if name not in RECORD_KINDS]
-    dcr_at, hb_at, cp_at = (outer[kind][0] if kind in outer else -1 for kind in RECORD_KINDS)
     dcr, ct, md = list(range(13)), list(range(4)), list(range(3))  # unused unless the kind is in the metadata
-    hb_ts, cp, ch = 0, list(range(3)), list(range(2))
-    if dcr_at >= 0:
+    hb, cp, ch = [0], list(range(3)), list(range(2))
+    if "data_change_record" in outer:
         dcr_struct = _struct_of(outer["data_change_record"][1], "data_change_record")
         dcr = _positions(dcr_struct, DATA_CHANGE_FIELDS, "data_change_record")
         ct = _positions(_struct_of(dcr_struct["column_types"][1], "column_types"), COLUMN_TYPE_FIELDS, "column_types")
         md = _positions(_struct_of(dcr_struct["mods"][1], "mods"), MOD_FIELDS, "mods")
-    if hb_at >= 0:
-        (hb_ts,) = _positions(_struct_of(outer["heartbeat_record"][1], "heartbeat_record"), HEARTBEAT_FIELDS, "heartbeat_record")
-    if cp_at >= 0:
+    if "heartbeat_record" in outer:
+        hb = _positions(_struct_of(outer["heartbeat_record"][1], "heartbeat_record"), HEARTBEAT_FIELDS, "heartbeat_record")
+    if "child_partitions_record" in outer:
         cp_struct = _struct_of(outer["child_partitions_record"][1], "child_partitions_record")
         cp = _positions(cp_struct, CHILD_PARTITIONS_FIELDS, "child_partitions_record")
         ch = _positions(_struct_of(cp_struct["child_partitions"][1], "child_partitions"), CHILD_PARTITION_FIELDS, "child_partitions")
+    return column, outer, [dcr, ct, md, hb, cp, ch]
+
+
+def _googlesql_mapper(fields: Sequence[Any]) -> RowMapper:
+    column, outer, (dcr, ct, md, (hb_ts,), cp, ch) = _googlesql_layout(fields)
+    unknown = [i for name, (i, _) in outer.items() if name not in RECORD_KINDS]
+    dcr_at, hb_at, cp_at = (outer[kind][0] if kind in outer else -1 for kind in RECORD_KINDS)
 
     i_name, i_type, i_pk, i_pos = ct
     i_keys, i_new, i_old = md

@@ -78,33 +78,13 @@ class PartitionTransitions(BatchTransitions):
         def body(conn: Connection) -> Sequence[sa.Row[Any]]:
             conn.execute(NO_NESTED_LOOPS)
             rows = conn.execute(statement, params).all()
-            reclaimed = [
-                {
-                    "lineage_id": lineage_id,
-                    "token": r.token,
-                    "attempt": r.previous_attempt,
-                    "error": f"{HOLDER_DIED if r.holder_died else LEASE_EXPIRED}; reclaimed by {owner}",
-                }
-                for r in rows
-                if r.previous_state == rules.State.RUNNING
-            ]
+            reclaimed = _reclaimed_attempts(rows, lineage_id, owner)
             if reclaimed:
                 conn.execute(EXPIRE_ATTEMPT, reclaimed)
             return rows
 
         rows = self._db.transaction(body)
-        return [
-            Claim(
-                lineage_id=lineage_id,
-                token=r.token,
-                partition_start=utc_required(r.partition_start),
-                watermark=utc(r.watermark),
-                owner=owner,
-                attempt=r.attempts,
-                lease_expires_at=utc_required(r.lease_expires_at),
-            )
-            for r in rows
-        ]
+        return [_claim_of(r, lineage_id, owner) for r in rows]
 
     def schedule(
         self, lineage_id: int, *, window_end: datetime, owner: str, lease: timedelta, limit: int | None = None
@@ -185,3 +165,29 @@ class PartitionTransitions(BatchTransitions):
                 raise lease_lost(conn, claim, "fail")
 
         self._db.transaction(body)
+
+
+def _reclaimed_attempts(rows: Sequence[sa.Row[Any]], lineage_id: int, owner: str) -> list[dict[str, Any]]:
+    """The attempts a claim took over from a RUNNING holder, ended with why: its lease expired or its run died."""
+    return [
+        {
+            "lineage_id": lineage_id,
+            "token": r.token,
+            "attempt": r.previous_attempt,
+            "error": f"{HOLDER_DIED if r.holder_died else LEASE_EXPIRED}; reclaimed by {owner}",
+        }
+        for r in rows
+        if r.previous_state == rules.State.RUNNING
+    ]
+
+
+def _claim_of(r: sa.Row[Any], lineage_id: int, owner: str) -> Claim:
+    return Claim(
+        lineage_id=lineage_id,
+        token=r.token,
+        partition_start=utc_required(r.partition_start),
+        watermark=utc(r.watermark),
+        owner=owner,
+        attempt=r.attempts,
+        lease_expires_at=utc_required(r.lease_expires_at),
+    )

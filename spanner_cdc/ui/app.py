@@ -135,9 +135,18 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
     )
+    _add_error_handlers(app, redactor, login_url)
+    _add_pages(app, holder, redactor, clock)
+    _add_api(app, holder, clock)
+    return app
 
-    def base(request: Request) -> str:
-        return str(request.scope.get("root_path", "")).rstrip("/")
+
+def _base(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _add_error_handlers(app: FastAPI, redactor: Redactor, login_url: Callable[[str], str] | None) -> None:
+    """401/403 as a page with a login link for browsers, JSON otherwise; project errors redacted, never a traceback."""
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
@@ -157,17 +166,22 @@ def create_app(
         message = redactor.redact(str(exc))
         log.warning("ui: %s %s: %s", request.method, request.url.path, message)
         if _wants_html(request):
-            back = (base(request) + "/", "all lineages")
+            back = (_base(request) + "/", "all lineages")
             return HTMLResponse(pages.render_message(type(exc).__name__, message, back), status_code=status)
         return JSONResponse({"error": type(exc).__name__, "detail": message}, status_code=status)
 
-    def all_views() -> list[StreamView]:
-        store = holder.get()
-        return [load_stream(store, ln.stream, ln.namespace) for ln in load_lineages(store)]
+
+def _all_views(holder: _StoreHolder) -> list[StreamView]:
+    store = holder.get()
+    return [load_stream(store, ln.stream, ln.namespace) for ln in load_lineages(store)]
+
+
+def _add_pages(app: FastAPI, holder: _StoreHolder, redactor: Redactor, clock: Callable[[], datetime]) -> None:
+    """The HTML pages: the lineage index, one page per stream and namespace, and the links from Airflow's DAG pages."""
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request) -> str:
-        return pages.render_index(base(request), all_views(), redactor.label, clock())
+        return pages.render_index(_base(request), _all_views(holder), redactor.label, clock())
 
     @app.get("/streams/{stream}", response_class=HTMLResponse)
     def stream_page(
@@ -190,19 +204,23 @@ def create_app(
             page, frontier_page, stuck_page, windows_page, q.strip(), state.strip().upper(),
             frozenset(at if at.tzinfo else at.replace(tzinfo=UTC) for at in expand or ()),
         )  # fmt: skip
-        return pages.render_stream(base(request), view, stuck(view, now), namespaces, redactor.label, now, query)
+        return pages.render_stream(_base(request), view, stuck(view, now), namespaces, redactor.label, now, query)
 
     @app.get("/dags/{dag_id}")
     def dag_link(request: Request, dag_id: str, run_id: str | None = None) -> Response:
         target = links.lineage_for_dag(dag_id, run_id, load_lineages(holder.get()), holder.stream_names)
         if target is None:
             message = f"{dag_id} is not a spanner-cdc DAG, or its lineage does not exist yet."
-            return HTMLResponse(pages.render_message("No lineage", message, (base(request) + "/", "all lineages")))
-        return RedirectResponse(pages.stream_href(base(request), *target), status_code=307)
+            return HTMLResponse(pages.render_message("No lineage", message, (_base(request) + "/", "all lineages")))
+        return RedirectResponse(pages.stream_href(_base(request), *target), status_code=307)
 
     @app.get("/dags/{dag_id}/runs/{run_id}")
     def dag_run_link(request: Request, dag_id: str, run_id: str) -> Response:
         return dag_link(request, dag_id, run_id)
+
+
+def _add_api(app: FastAPI, holder: _StoreHolder, clock: Callable[[], datetime]) -> None:
+    """The JSON endpoints and Prometheus metrics."""
 
     @app.get("/api/lineages")
     def api_lineages() -> list[dict[str, Any]]:
@@ -214,6 +232,4 @@ def create_app(
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics_text() -> Response:
-        return PlainTextResponse(metrics.render_metrics(all_views(), clock()), media_type=metrics.CONTENT_TYPE)
-
-    return app
+        return PlainTextResponse(metrics.render_metrics(_all_views(holder), clock()), media_type=metrics.CONTENT_TYPE)
