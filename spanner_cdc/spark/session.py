@@ -184,12 +184,11 @@ CONNECT_MARKERS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
 
 @contextmanager
 def _classic_by_master() -> Iterator[None]:
-    """While a classic driver starts, the master decides: the Connect markers are set aside, then put back."""
-    saved = {name: os.environ.pop(name) for name in CONNECT_MARKERS if name in os.environ}
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
+    """The master decides: the Connect markers are dropped for good, since pyspark keeps asking them after the start
+    (with the marker back, a classic process's DataFrame calls try to start a remote session)."""
+    for name in CONNECT_MARKERS:
+        os.environ.pop(name, None)
+    yield
 
 
 def _start_driver(builder: Any, master: str) -> SparkSession:
