@@ -9,7 +9,13 @@ from typing import Any
 
 from spanner_cdc.local_spanner.changestream.mutable import MutableView, Owner, event_records
 from spanner_cdc.local_spanner.changestream.partitions import from_us
-from spanner_cdc.local_spanner.changestream.query import FIRST_SEQUENCE, QueryHost, _check_alive, _wait_seconds
+from spanner_cdc.local_spanner.changestream.query import (
+    FIRST_SEQUENCE,
+    QueryHost,
+    _check_alive,
+    _wait_seconds,
+    wait_until_final,
+)
 from spanner_cdc.local_spanner.changestream.streams import StreamState
 
 
@@ -26,15 +32,9 @@ def read_mutable_roots(
 ) -> Iterator[dict[str, Any]]:
     """The partitions alive at `start`, as one partition start record."""
     with host.cond:
-        while True:
-            _check_alive(stream)
-            host.tick_locked(stream)
-            if host.frontier_locked() >= start:
-                tokens = [owner.token for owner in view(stream).alive_at(start)]
-                break
-            if stop.is_set():
-                return
-            host.cond.wait(_wait_seconds(host, start + 1))
+        if not wait_until_final(host, stream, start, stop):
+            return
+        tokens = [owner.token for owner in view(stream).alive_at(start)]
     yield {
         "partition_start_record": {
             "start_timestamp": from_us(start),

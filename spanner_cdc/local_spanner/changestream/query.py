@@ -34,19 +34,26 @@ class QueryHost(Protocol):
     def next_event_due(self, stream: StreamState) -> int | None: ...
 
 
+def wait_until_final(host: QueryHost, stream: StreamState, start: int, stop: threading.Event) -> bool:
+    """Hold the engine's lock until `start` is final (True), or the query is stopped first (False).
+
+    Only once `start` is final can no later split, merge or move change who was alive at it."""
+    while True:
+        _check_alive(stream)
+        host.tick_locked(stream)
+        if host.frontier_locked() >= start:
+            return True
+        if stop.is_set():
+            return False
+        host.cond.wait(_wait_seconds(host, start + 1))
+
+
 def read_roots(host: QueryHost, stream: StreamState, start: int, stop: threading.Event) -> Iterator[dict[str, Any]]:
     """The partitions alive at `start`, as one child partitions record without parents."""
     with host.cond:
-        while True:
-            _check_alive(stream)
-            host.tick_locked(stream)
-            # only once `start` is final can no later split or merge change who was alive at it
-            if host.frontier_locked() >= start:
-                roots = stream.partitions.alive_at(start)
-                break
-            if stop.is_set():
-                return
-            host.cond.wait(_wait_seconds(host, start + 1))
+        if not wait_until_final(host, stream, start, stop):
+            return
+        roots = stream.partitions.alive_at(start)
     yield {
         "child_partitions_record": {
             "start_timestamp": from_us(start),
