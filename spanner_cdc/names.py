@@ -22,6 +22,8 @@ PARTITION_MODES: tuple[str, ...] = (IMMUTABLE_KEY_RANGE, MUTABLE_KEY_RANGE)
 LIVE_READ_METHOD = "spanner-change-stream"
 BACKFILL_READ_METHOD = "spanner-change-stream-backfill"
 READ_METHODS: tuple[str, ...] = (LIVE_READ_METHOD, BACKFILL_READ_METHOD)
+# The rows of a lineage's initial snapshot (`spanner-cdc snapshot`): every watched row at T0, as an INSERT.
+SNAPSHOT_READ_METHOD = "spanner-snapshot"
 
 # Stream, table and namespace names go into SQL text and paths: Spanner's identifier rule (at most 128 characters).
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

@@ -16,6 +16,8 @@ from spanner_cdc.lake.storage import find, join, scheme_of
 STAGING_DIR = "_staging"
 WINDOWS_DIR = "_windows"
 JOURNAL_NAME = "publishing.json"
+SNAPSHOT_DIR = "snapshot"  # the initial snapshot's area: snapshot/table=<T>/part-...; its marker snapshot/_snapshot.json
+SNAPSHOT_MARKER = "_snapshot.json"
 _SAFE_TABLE = re.compile(r"^[A-Za-z0-9_\-.$]+$")
 # a URL's scheme (gs://, s3://): Path() keeps it as a first component "gs:"
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/")
@@ -99,6 +101,21 @@ class LakeLayout:
 
     def marker_location(self, window_start: datetime, window_end: datetime) -> str:
         return join(self.location, WINDOWS_DIR, f"{compact_time(window_start)}--{compact_time(window_end)}.json")
+
+    @property
+    def snapshot_location(self) -> str:
+        return join(self.location, SNAPSHOT_DIR)
+
+    def snapshot_table_location(self, table: str) -> str:
+        return join(self.snapshot_location, f"table={escape_table(table)}")
+
+    def snapshot_object(self, table: str, at: datetime, index: int, count: int) -> str:
+        """Deterministic in (table, timestamp, partition): a re-read of the table writes the same names."""
+        return join(self.snapshot_table_location(table), f"part-{compact_time(at)}-{index:05d}-of-{count:05d}.parquet")
+
+    @property
+    def snapshot_marker_location(self) -> str:
+        return join(self.snapshot_location, SNAPSHOT_MARKER)
 
     @property
     def staging_root(self) -> Path:

@@ -243,13 +243,15 @@ def spawn_ignoring_sigint(args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
 
 
 def ensure_source_registered(session: SparkSession) -> None:
-    """Register the `spanner_change_stream` data source once per session."""
+    """Register the `spanner_change_stream` and `spanner_snapshot` data sources once per session."""
     from spanner_cdc.spark.datasource import SpannerChangeStreamDataSource
+    from spanner_cdc.spark.snapshot_job import SpannerSnapshotDataSource
 
     with _lock:
         if id(session) in _registered:
             return
         session.dataSource.register(SpannerChangeStreamDataSource)
+        session.dataSource.register(SpannerSnapshotDataSource)
         _registered.add(id(session))
 
 
