@@ -34,7 +34,8 @@ DOC = """
 Extracts the change stream **{change_stream}** for each data interval `[start, end)` into the lake
 (`{output_root}/{change_stream}/live/`), keeping lineage and checkpoints in the metadata store.
 
-`catch_up` finishes windows that earlier runs left open; `plan` bootstraps the lineage and lists the
+`snapshot` (with `snapshot = true`) reads every watched table at the first window's start into
+`snapshot/`, once; `catch_up` finishes windows that earlier runs left open; `plan` bootstraps the lineage and lists the
 ready partition tokens; each `wave_k.extract` reads one token (or a batch of them) over the window;
 `wave_k.next_wave` picks up children of splits and merges; `close` checks completeness and the
 transaction counts, writes the window marker and emits the `{asset}` asset event (skipped while
@@ -113,6 +114,15 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
             return summary
 
         previous: Any = catch_up()
+        if config.snapshot:  # `snapshot = true`: the lineage's initial snapshot first (a no-op once complete)
+
+            @task(task_id="snapshot")
+            def snapshot(data_interval_start: Any = None) -> dict:
+                from spanner_cdc.orchestration import snapshot_task
+
+                return snapshot_task.snapshot(name, data_interval_start)
+
+            previous = snapshot() >> previous
         for wave in range(1, config.waves + 1):
             with TaskGroup(group_id=f"wave_{wave}"):
                 ready = plan() if wave == 1 else next_wave()

@@ -34,6 +34,7 @@ class StreamConfig:
     heartbeat_ms: int | None = None
     output_root: Path | str | None = None
     concurrency: int | None = None
+    snapshot: bool = False  # the first run reads every watched table at its window start (the initial snapshot)
 
     @property
     def dag_id(self) -> str:
@@ -127,6 +128,7 @@ PARSERS: dict[str, Any] = {
     "heartbeat_ms": _int_between(1000, 300_000),
     "output_root": output_root,
     "concurrency": _int_between(1, 256),
+    "snapshot": _bool,
 }
 ACCEPTED_KEYS = ("name", *PARSERS)
 

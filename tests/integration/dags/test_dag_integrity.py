@@ -104,6 +104,9 @@ def test_hourly_dag_wiring(example_bag: dict) -> None:
     payments = example_bag["dags"]["spanner_cdc_hourly__payments"]["tasks"]
     assert "wave_5.extract" in payments and "wave_6.extract" not in payments
     assert payments["wave_5.extract"]["downstream"] == ["close"]
+    # `snapshot = true`: the initial snapshot runs before anything reads changes; without it there is no such task
+    assert payments["snapshot"]["downstream"] == ["catch_up"] and payments["snapshot"]["retries"] > 0
+    assert "snapshot" not in tasks
 
 
 def test_backfill_form(example_bag: dict) -> None:

@@ -19,6 +19,7 @@ from spanner_cdc.cli.main import main
 from spanner_cdc.extract.snapshot import MICROSECOND, run_snapshot
 from spanner_cdc.lake.layout import LakeLayout, published_locations
 from spanner_cdc.lake.snapshot import read_snapshot_marker
+from spanner_cdc.orchestration.snapshot_task import first_snapshot
 from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
 
@@ -88,11 +89,14 @@ def test_snapshot_lands_the_watched_columns_at_t0_once_and_extraction_starts_aft
 ) -> None:
     database, at = snapshot_db
     settings = extract_settings(database.database_id, STREAM)
-    summary = run_snapshot(settings, at=at)
+    # what the hourly DAG's `snapshot` task runs on the first window [at + 1 µs, ...): T0 is just before it
+    first = first_snapshot(settings, at + MICROSECOND)
+    summary = run_snapshot(settings)  # complete: reads nothing, says what is there
     layout = LakeLayout(settings.output_root, STREAM, settings.namespace)
     rows = lake_rows(layout)
     assert as_source(rows) == source_at(database, at) and len(rows) == 60
-    assert summary.at == at and summary.tables == {"Accounts": 40, "Events": 20} and sorted(summary.read_now) == ["Accounts", "Events"]
+    assert first["at"] == summary.to_json()["at"] and sorted(first["tables_read_now"]) == ["Accounts", "Events"]
+    assert summary.at == at and summary.tables == {"Accounts": 40, "Events": 20} and summary.read_now == []
     assert {(r["read_method"], r["change_type"], r["commit_timestamp"], r["old_values"]) for r in rows} == {("spanner-snapshot", "INSERT", at, "{}")}
     assert len({r["uuid"] for r in rows}) == 60
     accounts = next(r for r in rows if r["object"] == "Accounts")
@@ -107,8 +111,7 @@ def test_snapshot_lands_the_watched_columns_at_t0_once_and_extraction_starts_aft
     # extraction starts right after T0: a commit at T0 is in the snapshot, never in the change log too
     lineage = store.get_lineage(STREAM, settings.namespace)
     assert {p.start for p in store.partitions(lineage.id)} == {at + MICROSECOND} == {summary.changes_from}
-    again = run_snapshot(settings)
-    assert again.read_now == [] and again.at == at and lake_rows(layout) == rows
+    assert first_snapshot(settings, at + timedelta(hours=1))["skipped"] and lake_rows(layout) == rows
 
 
 def run_cli(settings: Any, *args: str, kill_after: float | None = None, **env: str) -> tuple[int, str]:
