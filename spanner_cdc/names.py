@@ -53,6 +53,11 @@ def landed_asset_name(stream_name: str) -> str:
     return f"spanner_cdc_landed__{stream_name}"
 
 
+def current_state_asset_name(stream_name: str) -> str:
+    """The asset whose events say a new current state of the stream's tables is written (one event per state)."""
+    return f"spanner_cdc_current_state__{stream_name}"
+
+
 def short_token(token: str, width: int = 10) -> str:
     """Tokens are long opaque strings whose tails tell partitions apart: the tail, marked with … when cut."""
     return token if len(token) <= width else "…" + token[-width:]

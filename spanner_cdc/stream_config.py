@@ -35,6 +35,8 @@ class StreamConfig:
     output_root: Path | str | None = None
     concurrency: int | None = None
     snapshot: bool = False  # the first run reads every watched table at its window start (the initial snapshot)
+    current_state: bool = False  # each closed window: every table's state as of its end under current/
+    current_state_keep: int = 24  # states kept (older ones deleted)
 
     @property
     def dag_id(self) -> str:
@@ -129,6 +131,8 @@ PARSERS: dict[str, Any] = {
     "output_root": output_root,
     "concurrency": _int_between(1, 256),
     "snapshot": _bool,
+    "current_state": _bool,
+    "current_state_keep": _int_between(1, 10_000),
 }
 ACCEPTED_KEYS = ("name", *PARSERS)
 

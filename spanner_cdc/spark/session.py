@@ -243,15 +243,17 @@ def spawn_ignoring_sigint(args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
 
 
 def ensure_source_registered(session: SparkSession) -> None:
-    """Register the `spanner_change_stream` and `spanner_snapshot` data sources once per session."""
+    """Register the `spanner_change_stream`, `spanner_snapshot` and `spanner_current_state` data sources once per session."""
     from spanner_cdc.spark.datasource import SpannerChangeStreamDataSource
     from spanner_cdc.spark.snapshot_job import SpannerSnapshotDataSource
+    from spanner_cdc.spark.state_job import StateDataSource
 
     with _lock:
         if id(session) in _registered:
             return
         session.dataSource.register(SpannerChangeStreamDataSource)
         session.dataSource.register(SpannerSnapshotDataSource)
+        session.dataSource.register(StateDataSource)
         _registered.add(id(session))
 
 
