@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError
+from spanner_cdc.extract.token import failpoint
 from spanner_cdc.extract.window import _store, _stream, layout_of
 from spanner_cdc.lake import storage
 from spanner_cdc.lineage.rules import inclusive_end
@@ -79,6 +80,7 @@ def _step(settings: Settings, store: MetadataStore, lineage_id: int, window: Win
     tables = {row["table"]: {"path": row["path"][len(base):], "rows": int(row["rows"])} for row in listing}
     marker = {"stream": layout.stream, "namespace": layout.namespace, "as_of": _z(window.end), "window_start": _z(window.start), "tables": tables}
     location = layout.state_marker_location(window.end)
+    failpoint("state_after_job")  # crash tests: the state's files are published, its marker not yet written
     storage.write_bytes(location, json.dumps(marker, indent=1, sort_keys=True).encode())  # last: the state exists now
     return StateSummary(window.end, location, {t: v["rows"] for t, v in tables.items()})
 

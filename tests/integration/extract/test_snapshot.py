@@ -17,6 +17,8 @@ from google.cloud import spanner
 
 from spanner_cdc.cli.main import main
 from spanner_cdc.extract.snapshot import MICROSECOND, run_snapshot
+from spanner_cdc.lake import storage
+from spanner_cdc.lake.current_state import TableState
 from spanner_cdc.lake.layout import LakeLayout, published_locations
 from spanner_cdc.lake.snapshot import read_snapshot_marker
 from spanner_cdc.orchestration.snapshot_task import first_snapshot
@@ -114,9 +116,9 @@ def test_snapshot_lands_the_watched_columns_at_t0_once_and_extraction_starts_aft
     assert first_snapshot(settings, at + timedelta(hours=1))["skipped"] and lake_rows(layout) == rows
 
 
-def run_cli(settings: Any, *args: str, kill_after: float | None = None, **env: str) -> tuple[int, str]:
-    """`spanner-cdc snapshot --json` in a subprocess; SIGKILLed after `kill_after` seconds if still running."""
-    process = subprocess.Popen([sys.executable, "-m", "spanner_cdc", "snapshot", "--json", *args], env=subprocess_env(settings, **env),
+def run_cli(settings: Any, *args: str, kill_after: float | None = None, command: tuple[str, ...] = ("snapshot",), **env: str) -> tuple[int, str]:
+    """`spanner-cdc snapshot --json` (or `command`) in a subprocess; SIGKILLed after `kill_after` seconds if still running."""
+    process = subprocess.Popen([sys.executable, "-m", "spanner_cdc", *command, *args, "--json"], env=subprocess_env(settings, **env),
                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         out, err = process.communicate(timeout=kill_after if kill_after is not None else 600)
@@ -127,7 +129,7 @@ def run_cli(settings: Any, *args: str, kill_after: float | None = None, **env: s
     return process.returncode, out
 
 
-def test_snapshot_killed_after_a_table_landed_and_at_a_random_moment_then_rerun_is_exact(
+def test_snapshot_and_state_jobs_killed_then_rerun_are_exact(
     snapshot_db: tuple[Any, datetime], extract_settings: Any, store: MetadataStore, spark_connect_server: Any
 ) -> None:
     database, at = snapshot_db
@@ -150,6 +152,23 @@ def test_snapshot_killed_after_a_table_landed_and_at_a_random_moment_then_rerun_
     assert marker is not None
     committed = {f.path for f in store.snapshot_files(lineage.id)}
     assert committed == {layout.location + "/" + f["path"] for f in marker["files"]} == set(published_locations(layout.snapshot_location))
+    # the state job killed after writing the state, before its marker; the re-run writes the same state
+    with database.batch() as batch:
+        batch.update("Accounts", ["Id", "Region", "Owner"], [[7, "r1", "changed"]])
+        batch.delete("Events", spanner.KeySet(keys=[[5]]))
+    end = datetime.now(UTC)
+    window = ["extract", "--window-start", at.isoformat(), "--window-end", end.isoformat(), "--current-state"]
+    killed, _ = run_cli(settings, *window, command=(), SPANNER_CDC_FAILPOINT="state_after_job:1")
+    assert killed == -signal.SIGKILL and not storage.exists(layout.state_marker_location(end))
+    code, out = run_cli(settings, *window, command=())
+    assert code == 0 and [s["as_of"] for s in json.loads(out)["current_state"]] == [end.isoformat().replace("+00:00", "Z")]
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for table in ("Accounts", "Events"):
+        state = TableState.from_arrow(table, pq.read_table(layout.state_object(table, end)))
+        keys = [c.name for c in state.ordered_columns() if c.is_primary_key]
+        for row in state.rows.values():
+            found[(table, json.dumps({k: row[k] for k in keys}, sort_keys=True))] = {c: v for c, v in row.items() if c not in keys}
+    assert found == source_at(database, end - MICROSECOND)
 
 
 def test_snapshot_times_outside_what_spanner_keeps_are_refused_in_one_line(
