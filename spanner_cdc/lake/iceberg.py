@@ -228,9 +228,7 @@ def land_window(
     try:
         done = commit_window(changelog_table(catalog, layout), window_start=window_start, window_end=window_end, files=files)
     finally:
-        engine = getattr(catalog, "engine", None)  # the SQL catalog's connections: this process may close many windows
-        if engine is not None:
-            engine.dispose()
+        _dispose(catalog)
     log.info(
         "%s: window [%s, %s) %s", layout.stream, window_start.isoformat(), window_end.isoformat(),
         f"committed to Iceberg as snapshot {done.snapshot_id} ({done.added} files, {done.removed} replaced, {done.seconds:.3f} s)"
@@ -239,8 +237,9 @@ def land_window(
     return done
 
 
-def table_snapshots(settings: Settings) -> list[dict[str, Any]]:
-    """`lake show`: the snapshots of the stream's change log; NotFound (one line) when it has none yet."""
+def table_snapshots(settings: Settings) -> dict[str, Any]:
+    """`lake show`: the stream's change log (its name, current metadata file, snapshots); NotFound (one line) when
+    it has none yet."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     from spanner_cdc.errors import NotFound
@@ -257,7 +256,12 @@ def table_snapshots(settings: Settings) -> list[dict[str, Any]]:
             "closes with iceberg_catalog set (SPANNER_CDC_ICEBERG_CATALOG=store)"
         ) from None
     finally:
-        engine = getattr(catalog, "engine", None)
-        if engine is not None:
-            engine.dispose()
-    return window_snapshots(table)
+        _dispose(catalog)
+    return {"table": f"{settings.namespace}.{stream}", "metadata_location": table.metadata_location, "snapshots": window_snapshots(table)}
+
+
+def _dispose(catalog: Catalog) -> None:
+    """Close the SQL catalog's connections: one process may close many windows."""
+    engine = getattr(catalog, "engine", None)
+    if engine is not None:
+        engine.dispose()

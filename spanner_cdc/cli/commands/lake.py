@@ -47,12 +47,13 @@ def run_show(args: argparse.Namespace) -> int:
         raise ConfigError("--stream", None, "a change stream name (or set SPANNER_CDC_STREAM)")
     if settings.iceberg_catalog == "off":  # showing needs a catalog: the store's unless another is named
         settings = replace(settings, iceberg_catalog="store")
-    rows = table_snapshots(with_dev_store(settings) if settings.iceberg_catalog == "store" else settings)
+    shown = table_snapshots(with_dev_store(settings) if settings.iceberg_catalog == "store" else settings)
     if args.format == "json":
-        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        sys.stdout.write(json.dumps(shown, indent=1) + "\n")
         return 0
+    print(f"table {shown['table']}  metadata {shown['metadata_location']}")
     print(f"{'snapshot':>20}  {'committed at':25}  {'window':47}  {'operation':9}  {'files +/-':>9}  {'rows +/-':>13}  {'total rows':>10}")
-    for r in rows:
+    for r in shown["snapshots"]:
         window = f"[{r['window_start']}, {r['window_end']})" if r["window_start"] else "-"
         mark = " *" if r["current"] else ""
         print(f"{r['snapshot_id']:>20}  {r['committed_at'][:25]:25}  {window:47}  {r['operation'] or '-':9}  "

@@ -201,3 +201,28 @@ def test_an_old_table_opened_with_a_new_envelope_field_evolves(pg_url: str, tmp_
         [(False, None)] * len(uuids_of(old)) + [(True, "eu")] * len(rows)
     )
     assert table_of(settings).schema().find_field("commit_region")  # the current release's open keeps the field
+
+
+def test_lake_show_lists_the_snapshots_with_their_windows(pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from spanner_cdc.cli.main import main
+
+    settings = settings_for(pg_url, tmp_path, "shown")
+    layout = layout_of(settings)
+    for n in range(2):
+        start = T0 + n * HOUR
+        iceberg.land_window(settings, layout, window_start=start, window_end=start + HOUR, files=land_files(layout, tmp_path, start, 2 + n))
+    argv = ["lake", "show", "--stream", "cs", "--namespace", "shown", "--metadata-url", pg_url, "--output-root", str(settings.output_root)]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("table shown.cs") and "_iceberg/metadata/" in lines[0]
+    assert "[2024-05-01T10:00:00+00:00, 2024-05-01T11:00:00+00:00)" in lines[2] and lines[3].endswith(" *")
+    assert main([*argv, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["table"] == "shown.cs" and shown["metadata_location"].endswith(".metadata.json")
+    assert [(s["window_start"], s["added_rows"], s["total_rows"]) for s in shown["snapshots"]] == [
+        ("2024-05-01T10:00:00+00:00", 4, 4), ("2024-05-01T11:00:00+00:00", 6, 10)
+    ]
+    assert main(["lake", "show", "--stream", "none", "--metadata-url", pg_url, "--output-root", str(settings.output_root)]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("spanner-cdc: error: no Iceberg table live.none in the catalog") and "\n" not in error
+    assert pg_url.split("@")[0].split(":")[-1] not in error  # no password
