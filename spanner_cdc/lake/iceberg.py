@@ -51,7 +51,8 @@ def catalog_properties(catalog: str, *, metadata_url: str | None, warehouse: str
         props["s3.endpoint"] = os.environ["AWS_ENDPOINT_URL"]
     if os.environ.get("STORAGE_EMULATOR_HOST"):  # and the same GCS endpoint, without credentials
         props["gcs.service.host"] = os.environ["STORAGE_EMULATOR_HOST"]
-        props["gcs.oauth2.token"] = "anonymous"
+        props["gcs.oauth2.token"] = "anonymous"  # the emulator checks no token; pyarrow wants one with an expiry
+        props["gcs.oauth2.token-expires-at"] = str(int((time.time() + 86_400) * 1000))
     return props
 
 
