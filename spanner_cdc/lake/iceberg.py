@@ -152,14 +152,23 @@ def commit_window(table: Table, *, window_start: datetime, window_end: datetime,
     """
     from pyiceberg.expressions import EqualTo
 
+    start, end = window_start.astimezone(UTC).isoformat(), window_end.astimezone(UTC).isoformat()
+    return replace_files(
+        table, {f.path: (f.rows, f.bytes) for f in files},
+        EqualTo("window_start", start),  # type: ignore[call-arg, arg-type]
+        {WINDOW_START: start, WINDOW_END: end},
+    )  # fmt: skip
+
+
+def replace_files(table: Table, wanted: dict[str, tuple[int, int]], selection: Any, properties: dict[str, str]) -> WindowCommit:
+    """Make the data files matching `selection` (a pyiceberg row filter) exactly `wanted` ({path: (rows, bytes)}),
+    in one snapshot with `properties` in its summary, or in none when they already are (any table of the lake)."""
     started = time.monotonic()
-    wanted = {absolute(f.path): (f.rows, f.bytes) for f in files}
-    window = EqualTo("window_start", window_start.astimezone(UTC).isoformat())  # type: ignore[call-arg, arg-type]
-    properties = {WINDOW_START: window_start.astimezone(UTC).isoformat(), WINDOW_END: window_end.astimezone(UTC).isoformat()}
+    wanted = {absolute(path): size for path, size in wanted.items()}
 
     def attempt() -> WindowCommit:
         table.refresh()
-        held = [task.file for task in table.scan(row_filter=window).plan_files()] if table.current_snapshot() else []
+        held = [task.file for task in table.scan(row_filter=selection).plan_files()] if table.current_snapshot() else []
         if {f.file_path: (f.record_count, f.file_size_in_bytes) for f in held} == wanted:
             return WindowCommit(None, 0, 0, time.monotonic() - started)
         return _replace(table, held, sorted(wanted), properties, started)
