@@ -181,7 +181,9 @@ def _replace(table: Table, held: list[Any], paths: list[str], properties: dict[s
 
     with table.transaction() as tx:
         data_files = list(_parquet_files_to_data_files(tx.table_metadata, paths, table.io))
-        with tx.update_snapshot(snapshot_properties=properties).overwrite() as snapshot:
+        update = tx.update_snapshot(snapshot_properties=properties)
+        # a first commit only appends: a new manifest, without reading the table's existing ones
+        with update.overwrite() if held else update.fast_append() as snapshot:
             for old in held:
                 snapshot.delete_data_file(old)
             for new in data_files:
