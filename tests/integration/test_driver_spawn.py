@@ -6,8 +6,8 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
-from typing import Any
 from concurrent import futures
+from typing import Any
 
 import pytest
 
