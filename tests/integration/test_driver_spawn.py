@@ -111,7 +111,7 @@ def test_a_connect_master_after_a_local_driver_in_one_process(spark_connect_serv
         assert local.range(3).count() == 3
         remote = spark_session(spark_connect_server.url)
         # functions resolve against the Connect session (pyspark's marker is set by the remote builder)
-        assert remote.range(4).select((F.col("id") + 1).alias("n")).agg(F.sum("n")).first()[0] == 10
+        assert remote.range(4).select((F.col("id") + 1).alias("n")).agg(F.sum("n")).collect()[0][0] == 10
         assert local.sparkContext._jsc is None  # the local driver was stopped
     finally:
         stop_sessions()
