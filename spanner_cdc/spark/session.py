@@ -121,11 +121,29 @@ def spark_session(settings: Settings | str) -> SparkSession:
         session = _sessions.get(master)
         if session is not None and _alive(session):
             return session
+        if run_mode(master) == CONNECT:
+            _stop_classic_driver(master)
         session = _create(master)
         for key, value in RUNTIME_CONF.items():
             session.conf.set(key, value)
         _sessions[master] = session
         return session
+
+
+def _stop_classic_driver(master: str) -> None:
+    """One process, one kind of Spark: pyspark refuses a Connect session while this process runs a classic driver
+    (SESSION_ALREADY_EXIST), so a driver started here for an earlier local or standalone master is stopped first."""
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is None:  # type: ignore[attr-defined]
+        return
+    log.info("spark: stopping this process's driver before connecting to %s", mask_spark_master(master))
+    for other, session in list(_sessions.items()):
+        if run_mode(other) != CONNECT:
+            session.stop()
+            del _sessions[other]
+    if SparkContext._active_spark_context is not None:  # type: ignore[attr-defined]
+        SparkContext._active_spark_context.stop()  # type: ignore[attr-defined]
 
 
 def _create(master: str) -> SparkSession:
