@@ -28,7 +28,7 @@ from spanner_cdc.settings import Settings
 from spanner_cdc.store.models import ManifestFile
 from tests.unit.lake.records import T0, data_record
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HOUR = timedelta(hours=1)
 US = timedelta(microseconds=1)
