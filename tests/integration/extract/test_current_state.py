@@ -17,7 +17,7 @@ from spanner_cdc.extract.window import run_window
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.store import MetadataStore
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(120)]
 STREAMS = {"NewValues": "NEW_VALUES", "NewRow": "NEW_ROW"}  # the partial-update and whole-row paths
 DDL = [
     "CREATE TABLE Accounts (Id INT64 NOT NULL, Owner STRING(MAX), Balance INT64, Score FLOAT64) PRIMARY KEY (Id)",
