@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,9 +25,12 @@ from tests.integration.extract.lake_reading import plain_utc, published_rows
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 STREAM = "workload_stream"
-# 10 server minutes per real second: the default partition policy splits or merges every 20 server
-# minutes, so three 30-minute windows see several lineage changes in ~9 real seconds of writes.
+# 10 server minutes per real second while writing: the default partition policy splits or merges every
+# 20 server minutes, so three 30-minute windows see several lineage changes in ~9 real seconds of writes.
+# Then the clock runs at real time: however long the extract stalls on a loaded machine, the writes stay
+# inside the stream's 1-day retention (at 600x, ~2.4 real minutes would be a day).
 CLOCK_RATE = 600.0
+READ_CLOCK_RATE = 1.0
 WINDOW = timedelta(minutes=30)
 
 
@@ -63,6 +67,7 @@ def write_three_windows(
     fast_server: LocalSpanner, extract_settings: Any, tmp_path: Path
 ) -> tuple[Any, list[datetime], list[workload.GroundTruthRow]]:
     """A new database whose workload fills three consecutive windows; its settings, bounds and ground truth."""
+    fast_server.control.set_clock_rate(CLOCK_RATE)
     database = create_database(fast_server.host, PROJECT, INSTANCE, unique_database_id("x"), (), "GOOGLE_STANDARD_SQL")
     workload.setup_database(database, "GOOGLE_STANDARD_SQL", STREAM)
     created = parse_timestamp(fast_server.control.status()["now"])
@@ -74,8 +79,16 @@ def write_three_windows(
     stats = workload.run_workload(database, transactions=int(seconds * 150), tx_per_second=150, seed=7, ground_truth=truth_path)
     truth = [row for row in workload.load_ground_truth(truth_path) if row.commit_timestamp < bounds[-1]]
     assert stats.last_commit is not None and len(truth) > 1000
+    slow_down_after(fast_server, bounds[-1])
     settings = extract_settings(database.database_id, STREAM, emulator_host=fast_server.host, concurrency=2)
     return settings, bounds, truth
+
+
+def slow_down_after(server: LocalSpanner, when: datetime) -> None:
+    """Let server time pass `when` at the fast rate (the windows' ends must be in the past), then run at real time."""
+    while (now := parse_timestamp(server.control.status()["now"])) <= when:
+        time.sleep(min(1.0, (when - now).total_seconds() / CLOCK_RATE + 0.01))  # waiting for the server's clock
+    assert parse_timestamp(server.control.set_clock_rate(READ_CLOCK_RATE)["now"]) > when
 
 
 def test_three_windows_land_every_committed_change_exactly_once(
