@@ -207,7 +207,7 @@ def _remove_orphans(job: ExtractJob, token: str) -> None:
     remove_orphans(job.layout, token, committed)
 
 
-def _manifest(job: ExtractJob, spec: TokenJobSpec, listing: list[dict[str, Any]]) -> list[ManifestFile]:
+def manifest_files(job: ExtractJob, spec: TokenJobSpec, listing: list[dict[str, Any]]) -> list[ManifestFile]:
     """The files of a finished job: listed by the executor that published them (arrow writer), or moved
     from local staging to their names here (Spark's writer)."""
     if job.writer != "arrow":
@@ -225,7 +225,7 @@ def _manifest(job: ExtractJob, spec: TokenJobSpec, listing: list[dict[str, Any]]
     ]
 
 
-def _start_attempt(job: ExtractJob, claim: Claim, read_from: datetime, read_to: datetime) -> TokenJobSpec:
+def start_attempt(job: ExtractJob, claim: Claim, read_from: datetime, read_to: datetime) -> TokenJobSpec:
     """Clean up after crashed attempts of the token, journal this one's names, and say what its job reads."""
     token = claim.token
     _remove_orphans(job, token)
@@ -257,11 +257,11 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         promoted = job.store.complete(claim, watermark=read_to, finished=False)
         return TokenResult(token, 0, 0, False, read_to, promoted, 0, read_from, read_to)
     try:
-        spec = _start_attempt(job, claim, read_from, read_to)
+        spec = start_attempt(job, claim, read_from, read_to)
         log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, short_token(token), read_from.isoformat(), read_to.isoformat(), claim.attempt)
         summary, listing = run_token_job(job.spark, spec)
         failpoint("after_job")
-        files = _manifest(job, spec, listing)
+        files = manifest_files(job, spec, listing)
         landed = sum(f.rows for f in files)
         if landed != summary.rows:
             raise ExtractError(
@@ -270,7 +270,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
     except LeaseLost:
         raise
     except Exception as exc:
-        _fail(job, claim, exc)
+        record_failure(job, claim, exc)
         raise
     failpoint("after_publish")
     promoted = _commit(job, claim, summary, files)
@@ -315,11 +315,11 @@ def _commit(job: ExtractJob, claim: Claim, summary: ControlSummary, files: list[
     except LeaseLost:
         raise  # another worker owns the token now; what this one published has the same names as its files
     except Exception as exc:
-        _fail(job, claim, exc)  # the files stay journaled: the retry removes or replaces them
+        record_failure(job, claim, exc)  # the files stay journaled: the retry removes or replaces them
         raise
 
 
-def _fail(job: ExtractJob, claim: Claim, exc: BaseException) -> None:
+def record_failure(job: ExtractJob, claim: Claim, exc: BaseException) -> None:
     log.error("%s %s: extract failed: %s", job.stream, short_token(claim.token), exc)
     try:
         job.store.fail(claim, f"{type(exc).__name__}: {exc}")
@@ -362,6 +362,14 @@ def extract_claims(
     with LeaseKeeper(job.store, lease) as keeper, ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         for future in [pool.submit(run, claim) for claim in claims]:
             future.result()
+    return raise_failures(job, claims, results, errors)
+
+
+def raise_failures(
+    job: ExtractJob, claims: Sequence[Claim], results: list[TokenResult], errors: list[tuple[Claim, BaseException]]
+) -> list[TokenResult]:
+    """The results in claim order, or, if any token failed, the project's error of the first failure (e.g. a
+    RetentionError) when it is the only one, else an ExtractError naming how many failed."""
     if errors:
         claim, first = errors[0]
         if len(errors) == 1 and isinstance(first, SpannerCdcError):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError, setting
 from spanner_cdc.extract.planning import check_retention, effective_start, root_partitions
 from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims, lease_duration, liveness_enabled
+from spanner_cdc.extract.wave import extract_wave
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.iceberg import land_window
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
@@ -221,6 +222,9 @@ def extract_tokens(
 ) -> list[TokenResult]:
     """Claim exactly these tokens, run their Spark jobs (at most settings.concurrency at once), publish, commit.
 
+    With the arrow writer the tokens go in at most settings.concurrency groups, a Spark job and one store
+    transaction per group (`extract/wave.py`).
+
     Tokens that cannot be claimed (finished, read to the window end, or leased by a live worker) are skipped.
     """
     from spanner_cdc.source.client import detect_dialect, open_database
@@ -259,9 +263,10 @@ def extract_tokens(
             connection=_connection(settings, dialect, partition_mode),
         )
         tracker = _ProgressTracker(Progress(waiting=len(claims), tokens=[c.token for c in claims]), progress)
-        return extract_claims(
-            job, claims, concurrency=settings.concurrency, lease=lease, on_start=tracker.started, on_done=tracker.done
-        )
+        # the arrow writer lands a group of tokens per Spark job and commits them together; Spark's own
+        # Parquet writer needs a job (and a commit) per token
+        run = extract_wave if job.writer == "arrow" else extract_claims
+        return run(job, claims, concurrency=settings.concurrency, lease=lease, on_start=tracker.started, on_done=tracker.done)
 
 
 def _connection(settings: Settings, dialect: str, partition_mode: str) -> dict[str, Any]:

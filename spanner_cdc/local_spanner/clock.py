@@ -15,18 +15,32 @@ class ServerClock:
     def __init__(self, start: datetime | None = None, rate: float = 1.0, not_before: datetime | None = None) -> None:
         if rate <= 0:
             raise ValueError("clock rate must be > 0")
-        self.rate = rate
-        self._origin_real = time.monotonic()
-        self._origin = (start or datetime.now(UTC)).astimezone(UTC)
-        if not_before is not None and self._origin <= not_before:
+        origin = (start or datetime.now(UTC)).astimezone(UTC)
+        if not_before is not None and origin <= not_before:
             # after a restart, time must not go back behind what was already committed
-            self._origin = not_before + ONE_MICROSECOND
+            origin = not_before + ONE_MICROSECOND
+        # (real origin, server origin, rate) in one tuple: set_rate swaps it whole, so now() never mixes two
+        self._anchor = (time.monotonic(), origin, rate)
         self._last_commit = not_before
         self._lock = threading.Lock()
 
+    @property
+    def rate(self) -> float:
+        return self._anchor[2]
+
     def now(self) -> datetime:
-        elapsed = (time.monotonic() - self._origin_real) * self.rate
-        return self._origin + timedelta(microseconds=int(elapsed * 1_000_000))
+        origin_real, origin, rate = self._anchor
+        elapsed = (time.monotonic() - origin_real) * rate
+        return origin + timedelta(microseconds=int(elapsed * 1_000_000))
+
+    def set_rate(self, rate: float) -> datetime:
+        """Run at `rate` from now on (time goes on from where it is, never back); returns the server time."""
+        if rate <= 0:
+            raise ValueError("clock rate must be > 0")
+        with self._lock:
+            now = max(self.now(), self._last_commit or self.now())
+            self._anchor = (time.monotonic(), now, rate)
+            return now
 
     def next_commit_timestamp(self) -> datetime:
         """A commit timestamp greater than every earlier one and not behind now()."""

@@ -11,6 +11,7 @@ import grpc
 
 from spanner_cdc.errors import SpannerCdcError
 from spanner_cdc.local_spanner.model import QueryError
+from spanner_cdc.local_spanner.values import format_timestamp
 
 SERVICE = "spanner_cdc.local.Control"
 
@@ -22,8 +23,11 @@ class ControlError(SpannerCdcError):
 class ControlService:
     """JSON request / response handlers; `engine` is the change stream engine, `status` the server's summary."""
 
-    def __init__(self, engine: Any, faults: Any, status: Callable[[], dict[str, Any]], commit_lock: Any = None) -> None:
+    def __init__(
+        self, engine: Any, faults: Any, status: Callable[[], dict[str, Any]], commit_lock: Any = None, clock: Any = None
+    ) -> None:
         self.engine = engine
+        self.clock = clock
         self.faults = faults
         self.status = status
         # splits and merges take a commit timestamp too: hold the server's commit lock so time stays in log order
@@ -49,6 +53,12 @@ class ControlService:
         database, stream = _required(request, "database"), _required(request, "stream")
         return {"tokens": list(self.engine.move(database, stream, request.get("tokens") or None))}
 
+    def set_clock_rate(self, request: dict[str, Any]) -> dict[str, Any]:
+        rate = float(request.get("rate", 0))
+        if self.clock is None or rate <= 0:
+            raise QueryError("INVALID_ARGUMENT", f"rate={rate}: expected a number > 0 (server seconds per real second)")
+        return {"now": format_timestamp(self.clock.set_rate(rate)), "clock_rate": rate}
+
     def handlers(self) -> grpc.GenericRpcHandler:
         def unary(method: Callable[[dict[str, Any]], dict[str, Any]]) -> grpc.RpcMethodHandler:
             def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -72,6 +82,7 @@ class ControlService:
                 "Merge": unary(self.merge),
                 "Move": unary(self.move),
                 "Status": unary(lambda _: self.status()),
+                "SetClockRate": unary(self.set_clock_rate),
             },
         )
 
@@ -120,6 +131,10 @@ class ControlClient:
 
     def status(self) -> dict[str, Any]:
         return self._call("Status", {})
+
+    def set_clock_rate(self, rate: float) -> dict[str, Any]:
+        """Run the server's clock at `rate` server seconds per real second from now on (it never goes back)."""
+        return self._call("SetClockRate", {"rate": rate})
 
     def close(self) -> None:
         self._channel.close()

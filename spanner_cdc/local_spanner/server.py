@@ -70,7 +70,7 @@ class LocalSpannerServer:
         self.faults = FaultInjector()
         self.spanner = spanner_service.SpannerService(self.catalog, self.engine, self.faults)
         self.admin = admin_service.AdminService(self.catalog)
-        self.control = ControlService(self.engine, self.faults, self.status, commit_lock=self.catalog.lock)
+        self.control = ControlService(self.engine, self.faults, self.status, commit_lock=self.catalog.lock, clock=self.clock)
         self._server: grpc.Server | None = None
         self._stopping = threading.Event()
         self._marker: threading.Thread | None = None

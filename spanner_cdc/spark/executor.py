@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import threading
 import time
@@ -23,6 +24,9 @@ from spanner_cdc.spark.spec import TokenJobSpec
 
 FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT"
 FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64())])
+# a wave job's listing names the token of each file: one job lands many tokens
+WAVE_FILES_DDL = FILES_DDL + ", `token` STRING"
+log = logging.getLogger(__name__)
 ROW_GROUP_ROWS = 65_536
 MAX_BUFFERED_BYTES = 64 << 20
 
@@ -217,3 +221,16 @@ def land_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
     clock.stamp(summary)
     summary.write(spec.control_path)
     yield listing
+
+
+def land_in_wave(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
+    """One token of a wave job: land it as `land_token` does, its listing rows named by token.
+
+    A token that fails ends its task quietly: its error is in its control file (the driver reads it and
+    fails that token alone), so the wave's other tokens still land in the same job.
+    """
+    try:
+        for listing in land_token(spec):
+            yield listing.append_column("token", pa.array([spec.token] * listing.num_rows, pa.string()))
+    except Exception as exc:  # noqa: BLE001 - reported through the control file (or its absence)
+        log.warning("%s %s: token failed in its wave job: %s", spec.stream, spec.token, exc)

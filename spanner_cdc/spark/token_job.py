@@ -1,15 +1,18 @@
-"""Driver side of one token's Spark job: run it, then read back its control file (never its data)."""
+"""Driver side of token jobs (one token, or a wave of tokens in one job): run them, read back control files (never data)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ExtractError, NotFound, RetentionError, SourceError, SpannerCdcError
 from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
 from spanner_cdc.names import short_token
 from spanner_cdc.spark.control_file import ControlSummary
-from spanner_cdc.spark.datasource import SOURCE_NAME
-from spanner_cdc.spark.executor import FILES_DDL
+from spanner_cdc.spark.datasource import SOURCE_NAME, WAVE_OPTION
+from spanner_cdc.spark.executor import FILES_DDL, WAVE_FILES_DDL
 from spanner_cdc.spark.spec import TokenJobSpec
 
 if TYPE_CHECKING:
@@ -22,7 +25,7 @@ _ERROR_TYPES: dict[str, type[SpannerCdcError]] = {
     "SourceError": SourceError,
 }
 
-__all__ = ["SOURCE_NAME", "TokenJobSpec", "run_token_job"]
+__all__ = ["SOURCE_NAME", "TokenJobSpec", "TokenOutcome", "run_token_job", "run_wave_job"]
 
 
 def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> tuple[ControlSummary, list[dict[str, Any]]]:
@@ -45,6 +48,11 @@ def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> tuple[ControlSumma
             frame.write.mode("error").partitionBy(PARTITION_COLUMN).parquet(str(spec.data_dir))
     except Exception as exc:  # pyspark raises its own (classic or Connect) exception types
         job_error = exc
+    return _summary(spec, job_error), listing
+
+
+def _summary(spec: TokenJobSpec, job_error: Exception | None) -> ControlSummary:
+    """The token's control file, or the error its job reported (in the file, or by failing)."""
     summary = ControlSummary.read(spec.control_path)
     if summary is not None and summary.error_type:
         error_type = _ERROR_TYPES.get(summary.error_type, ExtractError)
@@ -56,7 +64,46 @@ def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> tuple[ControlSumma
             f"{spec.stream} {short_token(spec.token)}: the Spark job ended without its control file {spec.control_path}; "
             "the executors must reach the output root the driver names (a shared path, or a bucket)"
         )
-    return summary, listing
+    return summary
+
+
+@dataclass
+class TokenOutcome:
+    """One token of a wave job: its control summary and files, or the error that failed it alone."""
+
+    spec: TokenJobSpec
+    summary: ControlSummary | None = None
+    listing: list[dict[str, Any]] = field(default_factory=list)
+    error: Exception | None = None
+
+
+def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[TokenOutcome]:
+    """Driver side: one Spark job lands many tokens (arrow writer), a task per token.
+
+    Per-job costs (planning, scheduling, a round trip to a Connect server) are paid once for the wave. A
+    token that fails fails alone (its error comes back through its control file); a job that fails as a
+    whole fails every token of it.
+    """
+    from spanner_cdc.spark.session import ensure_source_registered
+
+    ensure_source_registered(spark)
+    wave = json.dumps([spec.options() for spec in specs])
+    frame = spark.read.format(SOURCE_NAME).schema(WAVE_FILES_DDL).option(WAVE_OPTION, wave).load()
+    job_error: Exception | None = None
+    listings: dict[str, list[dict[str, Any]]] = {spec.token: [] for spec in specs}
+    try:
+        for row in frame.collect():
+            listing = row.asDict()
+            listings[listing.pop("token")].append(listing)
+    except Exception as exc:  # pyspark raises its own (classic or Connect) exception types
+        job_error = exc
+    outcomes = []
+    for spec in specs:
+        try:
+            outcomes.append(TokenOutcome(spec, _summary(spec, job_error), listings[spec.token]))
+        except Exception as exc:  # noqa: BLE001 - the token's own failure, handed to its caller
+            outcomes.append(TokenOutcome(spec, error=exc))
+    return outcomes
 
 
 def _first_line(exc: BaseException) -> str:

@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     # a bad value is refused by load_settings, in the same words as through SPANNER_CDC_* (with the range)
     parser.add_argument("--heartbeat-ms", type=int_or_text, help="heartbeat_milliseconds of the queries, 1000..300000 (default 10000)")
     parser.add_argument("--spark-master", help="local[*], spark://host:port or sc://host:port (SPANNER_CDC_SPARK_MASTER)")
-    parser.add_argument("--concurrency", type=int_or_text, help="token jobs run at once, 1..256 (default 4)")
+    parser.add_argument("--concurrency", type=int_or_text, help="Spark jobs run at once, 1..256 (default 4): a wave's tokens go in that many groups, a job each")
     add_metadata_url_flag(parser)
     parser.add_argument(
         "--read-method", choices=READ_METHODS, default=READ_METHODS[0], help="read_method column (backfills: the second)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,9 +27,13 @@ from tests.integration.extract.lake_reading import plain_utc, published_rows
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 STREAM = "workload_stream"
-# 10 server minutes per real second: the default partition policy splits or merges every 20 server
-# minutes, so three 30-minute windows see several lineage changes in ~9 real seconds of writes.
+# 10 server minutes per real second while writing: the default partition policy splits or merges every
+# 20 server minutes, so three 30-minute windows see several lineage changes in ~9 real seconds of writes.
+# Then the clock runs at real time: however long the extract stalls on a loaded machine, the writes stay
+# inside the stream's 1-day retention (at 600x, ~2.4 real minutes would be a day).
 CLOCK_RATE = 600.0
+READ_CLOCK_RATE = 1.0
+TX_PER_SECOND, CHUNK = 150, 150
 WINDOW = timedelta(minutes=30)
 
 
@@ -65,19 +70,43 @@ def write_three_windows(
     fast_server: LocalSpanner, extract_settings: Any, tmp_path: Path
 ) -> tuple[Any, list[datetime], list[workload.GroundTruthRow]]:
     """A new database whose workload fills three consecutive windows; its settings, bounds and ground truth."""
+    fast_server.control.set_clock_rate(CLOCK_RATE)
     database = create_database(fast_server.host, PROJECT, INSTANCE, unique_database_id("x"), (), "GOOGLE_STANDARD_SQL")
     workload.setup_database(database, "GOOGLE_STANDARD_SQL", STREAM)
     created = parse_timestamp(fast_server.control.status()["now"])
     first = floor_to(created, WINDOW)  # begins before the stream existed: the extract starts at its creation
     bounds = [first + n * WINDOW for n in range(4)]
-    truth_path = tmp_path / "truth.jsonl"
-    # paced to fill the three windows (90 server minutes = 9 real seconds at 600x) whatever the machine's speed
-    seconds = (bounds[-1] - created).total_seconds() / CLOCK_RATE
-    stats = workload.run_workload(database, transactions=int(seconds * 150), tx_per_second=150, seed=7, ground_truth=truth_path)
-    truth = [row for row in workload.load_ground_truth(truth_path) if row.commit_timestamp < bounds[-1]]
-    assert stats.last_commit is not None and len(truth) > 1000
+    written = write_until(fast_server, database, bounds[-1], tmp_path)
+    truth = [row for row in written if row.commit_timestamp < bounds[-1]]
+    assert len(truth) > 1000
+    slow_down_after(fast_server, bounds[-1])
     settings = extract_settings(database.database_id, STREAM, emulator_host=fast_server.host, concurrency=2)
     return settings, bounds, truth
+
+
+def write_until(server: LocalSpanner, database: Any, end: datetime, tmp_path: Path) -> list[workload.GroundTruthRow]:
+    """The seeded workload in chunks of CHUNK transactions until server time passes `end` (90 server minutes
+    = ~9 real seconds at 150 tx/s). The clock follows the writes: when a chunk commits slower than 150 tx/s
+    (a loaded machine), the next runs the clock slower in proportion, so each server minute gets as many
+    commits however fast the machine is."""
+    truth: list[workload.GroundTruthRow] = []
+    rate, chunk = CLOCK_RATE, 0
+    while parse_timestamp(server.control.set_clock_rate(rate)["now"]) < end:
+        path = tmp_path / f"truth-{chunk}.jsonl"
+        began = time.monotonic()
+        workload.run_workload(database, transactions=CHUNK, tx_per_second=TX_PER_SECOND, seed=7 + chunk, ground_truth=path)
+        achieved = CHUNK / (time.monotonic() - began)
+        rate = CLOCK_RATE * min(1.0, achieved / TX_PER_SECOND)
+        truth += workload.load_ground_truth(path)
+        chunk += 1
+    return truth
+
+
+def slow_down_after(server: LocalSpanner, when: datetime) -> None:
+    """Let server time pass `when` at the fast rate (the windows' ends must be in the past), then run at real time."""
+    while (now := parse_timestamp(server.control.status()["now"])) <= when:
+        time.sleep(min(1.0, (when - now).total_seconds() / CLOCK_RATE + 0.01))  # waiting for the server's clock
+    assert parse_timestamp(server.control.set_clock_rate(READ_CLOCK_RATE)["now"]) > when
 
 
 def test_three_windows_land_every_committed_change_exactly_once(

@@ -1,0 +1,112 @@
+"""Benchmark: one window of a stream with >= 1,000 partitions, extracted end to end vs the bare drains of its partitions."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench import figures
+from bench.bench_extract import bare_drain
+from bench.extract_support import (
+    INSTANCE,
+    PROJECT,
+    STREAM,
+    extract_with_memory,
+    mib,
+    new_database,
+    policy_args,
+    window_after,
+    write_orders,
+)
+from spanner_cdc.devstack.spanner_server import LocalSpanner
+from spanner_cdc.settings import Settings
+
+COMMAND = "python -m bench.bench_scale"
+TARGET = 3.0  # extract end to end <= 3x the sum of the bare drains of the window's partitions (issue 15)
+ROLES = ("driver (python)", "max one python workers", "python workers", "JVM", "tree total")
+
+
+def _bare_drains(database: Any, start: datetime, end: datetime) -> tuple[int, int, float]:
+    """Every root partition drained by the bare client, one after another: (partitions, records, seconds)."""
+    from spanner_cdc.extract.planning import root_partitions
+
+    _, roots = root_partitions(database, STREAM, dialect="GOOGLE_STANDARD_SQL", heartbeat_ms=1000, at=start,
+                               retention=timedelta(days=1), namespace="bench")  # fmt: skip
+    last = end - timedelta(microseconds=1)
+    began = time.perf_counter()
+    records = sum(bare_drain(database, root.token, start, last) for root in roots)
+    return len(roots), records, time.perf_counter() - began
+
+
+def bench_scale(base: Settings, partitions: int, transactions: int, rounds: int, tmp: Path) -> list[dict[str, Any]]:
+    from spanner_cdc.source.client import stream_metadata
+
+    results = []
+    with LocalSpanner(extra_args=policy_args(partitions), log_path=tmp / "scale-server.log") as server:
+        database = new_database(server)
+        created = stream_metadata(database, STREAM, "GOOGLE_STANDARD_SQL").created_at
+        assert created is not None
+        # ids spread over the key space: every partition gets a few rows
+        end = window_after(write_orders(database, transactions, lines=1, spread=2**62 // transactions))
+        for round_ in range(rounds):
+            count, records, bare_s = _bare_drains(database, created, end)
+            settings = dataclasses.replace(
+                base, database=database.database_id, emulator_host=server.host, spark_master="local[2]", namespace=f"s{round_}",
+            )  # fmt: skip
+            began = time.perf_counter()
+            summary, peaks = extract_with_memory(settings, created, end, PYSPARK_SUBMIT_ARGS="--driver-memory 1g pyspark-shell")
+            extract_s = time.perf_counter() - began
+            if not summary["complete"] or summary["records"] != 2 * transactions:
+                raise SystemExit(f"round {round_}: the extract landed {summary['records']} rows (complete: {summary['complete']})")
+            results.append({"partitions": count, "records": records, "bare_s": bare_s, "extract_s": extract_s,
+                            "ratio": extract_s / bare_s, "tokens": summary["tokens"], "peaks": peaks})  # fmt: skip
+    return results
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    print(f"{COMMAND}: one run, one machine, side by side")
+    print("\n[scale] one window, every partition with a few rows; `spanner-cdc extract` (local[2]) vs the bare drains")
+    print(f"  {'partitions':>10} {'records':>8} {'bare drains s':>14} {'extract s':>10} {'ratio':>7}  " + "  ".join(f"{r:>22}" for r in ROLES))
+    for r in results:
+        print(f"  {r['partitions']:>10,} {r['records']:>8,} {r['bare_s']:>14.1f} {r['extract_s']:>10.1f} {r['ratio']:>6.1f}x  "
+              + "  ".join(f"{mib(r['peaks'].get(role, 0)):>22}" for role in ROLES))  # fmt: skip
+    median = statistics.median(r["ratio"] for r in results)
+    figures.report(f"extract / bare drains, {results[0]['partitions']:,} partitions", median, TARGET, "x", higher_is_better=False)
+    print(f"  median extract / bare drains {median:.1f}x, target <= {TARGET:.0f}x: {'meets' if median <= TARGET else 'MISSES'}")
+    print("  extract s: the whole process (imports, JVM, plan, waves, close); bare drains: the official client, one partition after another")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__)
+    parser.add_argument("--partitions", type=int, default=1000, help="partitions of the stream (fixed: no splits or merges)")
+    parser.add_argument("--transactions", type=int, default=2000, help="transactions (2 records each) spread over the partitions")
+    parser.add_argument("--rounds", type=int, default=1, help="extracts of the window, each into its own namespace")
+    args = parser.parse_args(argv)
+    from spanner_cdc.devstack.embedded_pg import ensure_running
+    from spanner_cdc.store import MetadataStore
+
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as name:
+        tmp = Path(name)
+        postgres = ensure_running(tmp / "postgres")
+        try:
+            url = postgres.create_database("bench")
+            with MetadataStore.connect(url) as store:
+                store.upgrade()
+            base = Settings(project=PROJECT, instance=INSTANCE, stream=STREAM, metadata_url=url, output_root=tmp / "lake",
+                            heartbeat_ms=1000, home=tmp / "home", concurrency=4)  # fmt: skip
+            results = bench_scale(base, args.partitions, args.transactions, args.rounds, tmp)
+        finally:
+            postgres.stop()
+    report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

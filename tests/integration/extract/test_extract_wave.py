@@ -1,0 +1,106 @@
+"""A wave of tokens in one Spark job and one store commit: a token's failure or lost claim stays its own."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanner_cdc.errors import NotFound
+from spanner_cdc.extract.token import ExtractJob
+from spanner_cdc.extract.wave import extract_wave
+from spanner_cdc.extract.window import layout_of, plan_window
+from spanner_cdc.lake.layout import published_files
+from spanner_cdc.lineage.rules import inclusive_end
+from spanner_cdc.names import LIVE_READ_METHOD
+from spanner_cdc.source.client import open_database
+from spanner_cdc.source.partition_mode import detect_partition_mode
+from spanner_cdc.spark.spec import TokenJobSpec
+from spanner_cdc.spark.token_job import run_wave_job
+from spanner_cdc.store import MetadataStore
+from spanner_cdc.store.models import LeaseLost
+from tests.integration.extract.lake_reading import change_of, published_rows
+from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
+
+pytestmark = pytest.mark.integration
+LEASE = timedelta(seconds=60)
+
+
+def job_of(settings: Any, store: MetadataStore, spark: Any, lineage_id: int, start: datetime, end: datetime) -> ExtractJob:
+    dialect = "GOOGLE_STANDARD_SQL"
+    connection = {
+        "project": settings.project, "instance": settings.instance, "database": settings.database,
+        "emulator_host": settings.emulator_host, "dialect": dialect, "heartbeat_ms": settings.heartbeat_ms,
+        "partition_mode": detect_partition_mode(open_database(settings), STREAM, dialect),
+    }  # fmt: skip
+    return ExtractJob(
+        store=store, spark=spark, layout=layout_of(settings), lineage_id=lineage_id, stream=STREAM,
+        window_start=start, window_end=end, read_method=LIVE_READ_METHOD, connection=connection,
+    )  # fmt: skip
+
+
+def test_a_wave_commits_once_and_a_lost_claim_lands_nothing(
+    make_spanner_database: Any, extract_settings: Any, store: MetadataStore, spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    database = make_spanner_database(DDL)
+    settings = extract_settings(database.database_id, STREAM)
+    work, w0 = SmallWorkload(database), datetime.now(UTC)
+    work.phase(range(0, 24))
+    w1 = datetime.now(UTC)
+    plan = plan_window(settings, w0, w1)
+    assert len(plan.ready) >= 2, plan.ready
+    first = store.claim(plan.lineage_id, window_end=w1, owner="run-a", lease=LEASE, liveness=False)
+    # the second token's claim is lost: its attempt failed and another run holds it now
+    kept, lost = first[0], first[1]
+    store.fail(lost, "taken away by the test")
+    [thief] = store.claim(plan.lineage_id, window_end=w1, owner="run-b", lease=LEASE, tokens=[lost.token], liveness=False)
+    job = job_of(settings, store, spark, plan.lineage_id, w0, w1)
+    caplog.set_level(logging.INFO, logger="spanner_cdc.extract.wave")
+    with pytest.raises(LeaseLost, match=lost.token):
+        extract_wave(job, [kept, lost], concurrency=1, lease=LEASE)
+    assert "a wave job landed 1 token(s)" in caplog.text  # one job, one commit, for both claims
+    files = {f.token for f in store.manifest(plan.lineage_id)}
+    assert kept.token in files and lost.token not in files  # the lost claim committed nothing
+    rows = {p.token: p for p in store.partitions(plan.lineage_id)}
+    assert rows[kept.token].watermark == inclusive_end(w1)
+    assert (rows[lost.token].state, rows[lost.token].lease_owner) == ("RUNNING", "run-b")
+    # its holder lands it: the lost attempt's published files had the same names, so no row is doubled
+    [result] = extract_wave(job, [thief], concurrency=1, lease=LEASE)
+    assert result.token == lost.token
+    assert {p.watermark for p in store.partitions(plan.lineage_id) if p.token in (kept.token, lost.token)} == {inclusive_end(w1)}
+    assert {str(p) for p in published_files(layout_of(settings).root)} == {f.path for f in store.manifest(plan.lineage_id)}
+    assert Counter(change_of(r) for r in published_rows(settings.output_root)) == Counter(work.expected)
+
+
+def test_a_failing_token_fails_alone_in_its_wave_job(
+    make_spanner_database: Any, extract_settings: Any, spark: Any, tmp_path: Path
+) -> None:
+    database = make_spanner_database(DDL)
+    settings = extract_settings(database.database_id, STREAM)
+    work, w0 = SmallWorkload(database), datetime.now(UTC)
+    work.phase(range(0, 8))
+    w1 = datetime.now(UTC)
+    plan = plan_window(settings, w0, w1)
+    connection = job_of(settings, None, spark, plan.lineage_id, w0, w1).connection  # type: ignore[arg-type]
+
+    def spec(token: str) -> TokenJobSpec:
+        return TokenJobSpec(
+            stream=STREAM, token=token, read_from=w0, read_to=inclusive_end(w1), window_start=w0, window_end=w1,
+            read_method=LIVE_READ_METHOD, attempt_dir=str(tmp_path / token[-12:]), lake_root=str(tmp_path / "lake"),
+            lineage_id=plan.lineage_id, **connection,
+        )  # fmt: skip
+
+    tokens = [t.token for t in plan.ready]
+    outcomes = run_wave_job(spark, [spec(tokens[0]), spec("no-such-partition-token"), *map(spec, tokens[1:])])
+    assert [o.spec.token for o in outcomes] == [tokens[0], "no-such-partition-token", *tokens[1:]]
+    bad = outcomes[1]
+    assert isinstance(bad.error, NotFound) and bad.summary is None and bad.listing == []
+    good = [o for o in outcomes if o is not bad]
+    assert all(o.error is None and o.summary is not None for o in good)
+    landed = sum(row["rows"] for o in good for row in o.listing)
+    assert landed == sum(o.summary.rows for o in good if o.summary) == len(work.expected)
+    assert all(Path(row["path"]).exists() for o in good for row in o.listing)
