@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,9 @@ def windows(database: Any, server: LocalSpanner, count: int) -> tuple[SmallWorkl
         work.phase(range(n * 16, n * 16 + 8))
         (server.control.split if n % 2 == 0 else server.control.merge)(database.name, STREAM)
         work.phase(range(n * 16 + 8, n * 16 + 16))
-        bounds.append(datetime.now(UTC))
+        # past the last commit too: the server's clock may run a few ms ahead of this process's (it reads the
+        # wall clock once at its start, and a busy machine can pause it between that and its monotonic origin)
+        bounds.append(max(datetime.now(UTC), max(change[0] for change in work.expected) + timedelta(microseconds=1)))
     return work, bounds
 
 
