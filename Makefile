@@ -26,8 +26,11 @@ demo: install
 up: install
 	$(BIN)/spanner-cdc up
 
+# Whole test files spread over TEST_WORKERS processes (pytest-xdist); TEST_WORKERS=0 runs them in this one.
+TEST_WORKERS ?= 2
+
 test: install browser-deps
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-unit: install
 	$(BIN)/pytest tests/unit

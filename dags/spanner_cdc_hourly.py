@@ -16,7 +16,7 @@ from airflow.sdk import (
     task,
 )
 
-from spanner_cdc.names import LIVE_NAMESPACE, SPANNER_POOL, landed_asset_name
+from spanner_cdc.names import LIVE_NAMESPACE, SPANNER_POOL, current_state_asset_name, landed_asset_name
 from spanner_cdc.settings import load_settings
 from spanner_cdc.stream_config import StreamConfig, load_streams
 
@@ -34,7 +34,9 @@ DOC = """
 Extracts the change stream **{change_stream}** for each data interval `[start, end)` into the lake
 (`{output_root}/{change_stream}/live/`), keeping lineage and checkpoints in the metadata store.
 
-`catch_up` finishes windows that earlier runs left open; `plan` bootstraps the lineage and lists the
+`current_state` (with `current_state = true`) writes each table's state as of the window end under
+`current/` and emits one `spanner_cdc_current_state__{name}` event per new state; `snapshot` (with `snapshot = true`) reads every watched table at the first window's start into
+`snapshot/`, once; `catch_up` finishes windows that earlier runs left open; `plan` bootstraps the lineage and lists the
 ready partition tokens; each `wave_k.extract` reads one token (or a batch of them) over the window;
 `wave_k.next_wave` picks up children of splits and merges; `close` checks completeness and the
 transaction counts, writes the window marker and emits the `{asset}` asset event (skipped while
@@ -56,6 +58,12 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
     asset = landed_asset(config)
     # Events for windows that catch_up finishes: one per window, none when there is nothing to finish.
     caught_up = AssetAlias(f"spanner_cdc_caught_up__{name}")
+    # One event per new current state (a run may make several when earlier windows closed late).
+    state_asset = Asset(
+        name=current_state_asset_name(name), uri=f"spanner-cdc://{config.change_stream}/{LIVE_NAMESPACE}/current",
+        group="spanner-cdc", extra={"stream": config.change_stream, "namespace": LIVE_NAMESPACE},
+    )  # fmt: skip
+    states = AssetAlias(f"spanner_cdc_current_states__{name}")
     with DAG(
         dag_id=config.dag_id,
         schedule=CronDataIntervalTimetable(config.schedule, timezone="UTC"),
@@ -113,12 +121,34 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
             return summary
 
         previous: Any = catch_up()
+        if config.snapshot:  # `snapshot = true`: the lineage's initial snapshot first (a no-op once complete)
+
+            @task(task_id="snapshot")
+            def snapshot(data_interval_start: Any = None) -> dict:
+                from spanner_cdc.orchestration import snapshot_task
+
+                return snapshot_task.snapshot(name, data_interval_start)
+
+            previous = snapshot() >> previous
         for wave in range(1, config.waves + 1):
             with TaskGroup(group_id=f"wave_{wave}"):
                 ready = plan() if wave == 1 else next_wave()
                 previous >> ready
                 previous = extract.expand(batch=ready)
-        previous >> close()
+        closed = close()
+        previous >> closed
+        if config.current_state:  # `current_state = true`: every table's state as of each closed window's end
+
+            @task(task_id="current_state", outlets=[states])
+            def current_state(data_interval_end: Any = None, outlet_events: Any = None) -> list:
+                from spanner_cdc.orchestration import state_task
+
+                made = state_task.current_state(name, data_interval_end)
+                for state in made:
+                    outlet_events[states].add(state_asset, extra=state)
+                return made
+
+            closed >> current_state()
     return dag
 
 

@@ -22,6 +22,8 @@ PARTITION_MODES: tuple[str, ...] = (IMMUTABLE_KEY_RANGE, MUTABLE_KEY_RANGE)
 LIVE_READ_METHOD = "spanner-change-stream"
 BACKFILL_READ_METHOD = "spanner-change-stream-backfill"
 READ_METHODS: tuple[str, ...] = (LIVE_READ_METHOD, BACKFILL_READ_METHOD)
+# The rows of a lineage's initial snapshot (`spanner-cdc snapshot`): every watched row at T0, as an INSERT.
+SNAPSHOT_READ_METHOD = "spanner-snapshot"
 
 # Stream, table and namespace names go into SQL text and paths: Spanner's identifier rule (at most 128 characters).
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -49,6 +51,11 @@ def backfill_namespace(run_id: str) -> str:
 def landed_asset_name(stream_name: str) -> str:
     """The asset whose events say a window of the stream's live lineage landed."""
     return f"spanner_cdc_landed__{stream_name}"
+
+
+def current_state_asset_name(stream_name: str) -> str:
+    """The asset whose events say a new current state of the stream's tables is written (one event per state)."""
+    return f"spanner_cdc_current_state__{stream_name}"
 
 
 def short_token(token: str, width: int = 10) -> str:

@@ -34,6 +34,9 @@ class StreamConfig:
     heartbeat_ms: int | None = None
     output_root: Path | str | None = None
     concurrency: int | None = None
+    snapshot: bool = False  # the first run reads every watched table at its window start (the initial snapshot)
+    current_state: bool = False  # each closed window: every table's state as of its end under current/
+    current_state_keep: int = 24  # states kept (older ones deleted)
 
     @property
     def dag_id(self) -> str:
@@ -127,6 +130,9 @@ PARSERS: dict[str, Any] = {
     "heartbeat_ms": _int_between(1000, 300_000),
     "output_root": output_root,
     "concurrency": _int_between(1, 256),
+    "snapshot": _bool,
+    "current_state": _bool,
+    "current_state_keep": _int_between(1, 10_000),
 }
 ACCEPTED_KEYS = ("name", *PARSERS)
 

@@ -1,4 +1,22 @@
-"""Shared fixtures; integration fixtures start real services once per run."""
+"""Shared fixtures; integration fixtures start real services once per run; the minutes-long modules run first."""
+
+from __future__ import annotations
+
+import pytest
 
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.airflow_ui", "tests.fixtures.spanner", "tests.fixtures.spark",
                   "tests.fixtures.object_store"]
+
+
+def _weight(item: pytest.Item) -> tuple[int, float]:
+    """`heavy` modules first, longest first (its argument: seconds on an idle 2-core machine), then `slow` ones."""
+    heavy = item.get_closest_marker("heavy")
+    if heavy is not None:
+        return 0, -float(heavy.args[0] if heavy.args else 0)
+    return (1 if item.get_closest_marker("slow") else 2), 0.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `make test` spreads whole files over two workers (pytest-xdist, --dist loadfile) in this order: the longest
+    # modules start first so that the workers end together instead of one running a campaign alone at the end.
+    items.sort(key=_weight)  # stable: the order within each weight is the collection order

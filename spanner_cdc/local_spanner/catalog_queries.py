@@ -38,6 +38,11 @@ VIEWS: dict[str, Columns] = {
         ("TABLE_CATALOG", _STRING), ("TABLE_SCHEMA", _STRING), ("TABLE_NAME", _STRING), ("COLUMN_NAME", _STRING),
         ("ORDINAL_POSITION", _INT64), ("IS_NULLABLE", _STRING), ("SPANNER_TYPE", _STRING),
     ],
+    # only the primary keys' rows (INDEX_TYPE 'PRIMARY_KEY', INDEX_NAME 'PRIMARY_KEY'): what readers ask it for
+    "INDEX_COLUMNS": [
+        ("TABLE_CATALOG", _STRING), ("TABLE_SCHEMA", _STRING), ("TABLE_NAME", _STRING), ("INDEX_NAME", _STRING),
+        ("INDEX_TYPE", _STRING), ("COLUMN_NAME", _STRING), ("ORDINAL_POSITION", _INT64), ("COLUMN_ORDERING", _STRING),
+    ],
 }
 
 
@@ -82,6 +87,11 @@ def view_rows(database: Database, view: str) -> list[dict[str, Any]]:
             for position, column in enumerate(table.columns, 1):
                 rows.append({**base, "TABLE_NAME": table.name, "COLUMN_NAME": column.name, "ORDINAL_POSITION": str(position),
                              "IS_NULLABLE": "NO" if column.not_null else "YES", "SPANNER_TYPE": column.sql_type})
+    elif view == "INDEX_COLUMNS":
+        for table in schema.tables.values():
+            for position, (name, descending) in enumerate(table.key, 1):
+                rows.append({**base, "TABLE_NAME": table.name, "INDEX_NAME": "PRIMARY_KEY", "INDEX_TYPE": "PRIMARY_KEY",
+                             "COLUMN_NAME": name, "ORDINAL_POSITION": str(position), "COLUMN_ORDERING": "DESC" if descending else "ASC"})
     return rows
 
 

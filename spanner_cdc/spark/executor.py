@@ -51,7 +51,7 @@ _databases: dict[tuple[str, str, str, str | None], Any] = {}
 _databases_lock = threading.Lock()
 
 
-def _database(spec: TokenJobSpec) -> Any:
+def _database(spec: TokenJobSpec | Any) -> Any:
     """One client per executor process and database: Python workers are reused across tasks."""
     from spanner_cdc.settings import Settings
     from spanner_cdc.source.client import open_database

@@ -121,11 +121,29 @@ def spark_session(settings: Settings | str) -> SparkSession:
         session = _sessions.get(master)
         if session is not None and _alive(session):
             return session
+        if run_mode(master) == CONNECT:
+            _stop_classic_driver(master)
         session = _create(master)
         for key, value in RUNTIME_CONF.items():
             session.conf.set(key, value)
         _sessions[master] = session
         return session
+
+
+def _stop_classic_driver(master: str) -> None:
+    """One process, one kind of Spark: pyspark refuses a Connect session while this process runs a classic driver
+    (SESSION_ALREADY_EXIST), so a driver started here for an earlier local or standalone master is stopped first."""
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is None:  # type: ignore[attr-defined]
+        return
+    log.info("spark: stopping this process's driver before connecting to %s", mask_spark_master(master))
+    for other, session in list(_sessions.items()):
+        if run_mode(other) != CONNECT:
+            session.stop()
+            del _sessions[other]
+    if SparkContext._active_spark_context is not None:  # type: ignore[attr-defined]
+        SparkContext._active_spark_context.stop()  # type: ignore[attr-defined]
 
 
 def _create(master: str) -> SparkSession:
@@ -243,13 +261,17 @@ def spawn_ignoring_sigint(args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
 
 
 def ensure_source_registered(session: SparkSession) -> None:
-    """Register the `spanner_change_stream` data source once per session."""
+    """Register the `spanner_change_stream`, `spanner_snapshot` and `spanner_current_state` data sources once per session."""
     from spanner_cdc.spark.datasource import SpannerChangeStreamDataSource
+    from spanner_cdc.spark.snapshot_job import SpannerSnapshotDataSource
+    from spanner_cdc.spark.state_job import StateDataSource
 
     with _lock:
         if id(session) in _registered:
             return
         session.dataSource.register(SpannerChangeStreamDataSource)
+        session.dataSource.register(SpannerSnapshotDataSource)
+        session.dataSource.register(StateDataSource)
         _registered.add(id(session))
 
 

@@ -1,4 +1,4 @@
-"""The metadata store: one class over Postgres for lineages, partition states, windows and the manifest."""
+"""The metadata store: one class over Postgres for lineages, partition states, windows, the manifest and snapshots."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from spanner_cdc.store.database import Database
 from spanner_cdc.store.lineages import LineageQueries
 from spanner_cdc.store.liveness import Liveness
 from spanner_cdc.store.manifest import WindowQueries
+from spanner_cdc.store.snapshots import SnapshotQueries
 from spanner_cdc.store.transitions import PartitionTransitions
 
 
-class MetadataStore(LineageQueries, PartitionTransitions, WindowQueries):
+class MetadataStore(LineageQueries, PartitionTransitions, WindowQueries, SnapshotQueries):
     """Every method is one transaction; callers never see SQL or sessions."""
 
     def __init__(self, db: Database) -> None:

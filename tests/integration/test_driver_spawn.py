@@ -7,6 +7,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from concurrent import futures
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,20 @@ def test_a_local_master_starts_a_classic_driver_in_a_process_marked_for_connect(
     assert result.returncode == 0, result.stderr[-3000:]
     # three rows counted by a local driver; the markers are gone, so later DataFrame calls stay classic
     assert result.stdout.split() == ["3", "None", "None"]
+
+
+def test_a_connect_master_after_a_local_driver_in_one_process(spark_connect_server: Any) -> None:
+    """pyspark refuses a Connect session beside a running classic driver: the driver this process started goes first."""
+    from pyspark.sql import functions as F
+
+    from spanner_cdc.spark.session import spark_session, stop_sessions
+
+    try:
+        local = spark_session("local[1]")
+        assert local.range(3).count() == 3
+        remote = spark_session(spark_connect_server.url)
+        # functions resolve against the Connect session (pyspark's marker is set by the remote builder)
+        assert remote.range(4).select((F.col("id") + 1).alias("n")).agg(F.sum("n")).collect()[0][0] == 10
+        assert local.sparkContext._jsc is None  # the local driver was stopped
+    finally:
+        stop_sessions()

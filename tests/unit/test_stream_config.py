@@ -26,6 +26,7 @@ def test_minimal_table_gets_defaults() -> None:
     assert config.schedule == "@hourly"
     assert config.catchup is True
     assert config.waves == 3
+    assert config.snapshot is False
     assert config.start_date == dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
     assert config.dag_id == "spanner_cdc_hourly__orders"
 
@@ -47,6 +48,9 @@ def test_all_fields_parse() -> None:
             "catchup": False,
             "concurrency": 8,
             "waves": 5,
+            "snapshot": True,
+            "current_state": True,
+            "current_state_keep": 3,
         },
     )
     assert (config.project, config.instance, config.database) == ("p1", "i1", "shop")
@@ -59,6 +63,8 @@ def test_all_fields_parse() -> None:
     assert config.catchup is False
     assert config.concurrency == 8
     assert config.waves == 5
+    assert config.snapshot is True
+    assert (config.current_state, config.current_state_keep) == (True, 3)
 
 
 def test_start_date_with_offset_is_converted_to_utc() -> None:
@@ -85,6 +91,8 @@ def test_toml_date_means_midnight_utc() -> None:
         ("orders", {"start_date": "2024-01-01", "waves": 11}, "streams.orders.waves", "[1, 10]"),
         ("orders", {"start_date": "2024-01-01", "change_stream": "x; DROP"}, "streams.orders.change_stream", "identifier"),
         ("orders", {"start_date": "2024-01-01", "catchup": "yes"}, "streams.orders.catchup", "true or false"),
+        ("orders", {"start_date": "2024-01-01", "snapshot": 1}, "streams.orders.snapshot", "true or false"),
+        ("orders", {"start_date": "2024-01-01", "current_state_keep": 0}, "streams.orders.current_state_keep", "[1, 10000]"),
         ("orders", {"start_date": "2024-01-01", "project": ""}, "streams.orders.project", "non-empty"),
         ("orders", {"start_date": "2024-01-01", "heartbeat": 5000}, "streams.orders.heartbeat", "heartbeat_ms"),
         ("orders", {"start_date": "2024-01-01", "name": "other"}, "streams.orders.name", "'orders'"),

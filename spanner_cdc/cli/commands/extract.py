@@ -33,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--window-end", required=True, help="window end (exclusive), RFC 3339 with Z or an offset")
     parser.add_argument("--namespace", help="lineage namespace (default: live)")
     parser.add_argument("--output-root", help="root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (SPANNER_CDC_OUTPUT_ROOT)")
+    parser.add_argument(
+        "--iceberg-catalog", help="commit each closed window to the stream's Iceberg table: off (default), store (a SQL "
+        "catalog in the metadata store) or a REST/Hive catalog URL (SPANNER_CDC_ICEBERG_CATALOG)",
+    )  # fmt: skip
     add_spanner_flags(parser)
     add_dialect_flag(parser, "SQL dialect (default: auto)")
     # a bad value is refused by load_settings, in the same words as through SPANNER_CDC_* (with the range)
@@ -44,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--read-method", choices=READ_METHODS, default=READ_METHODS[0], help="read_method column (backfills: the second)"
     )
     parser.add_argument("--max-waves", type=int, default=20, help="bound on waves of children per run (default 20)")
+    parser.add_argument(
+        "--current-state", action="store_true", help="once the window is complete, write each table's current state as of "
+        "its end under current/ (the previous state plus this window; SPANNER_CDC_CURRENT_STATE_KEEP states kept, default 24)"
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the window summary as JSON on stdout")
     parser.set_defaults(func=handle)
 
@@ -106,6 +114,7 @@ def describe(summary: WindowSummary) -> str:
 def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.cli.commands.read import parse_timestamp
     from spanner_cdc.devstack.embedded_pg import with_dev_store
+    from spanner_cdc.extract.current_state import update_current_state
     from spanner_cdc.extract.window import catch_up, run_window
     from spanner_cdc.lake.layout import check_output_root
     from spanner_cdc.spark.session import check_java, stop_sessions
@@ -126,12 +135,14 @@ def handle(args: argparse.Namespace) -> int:
         summary = run_window(
             settings, start, end, read_method=args.read_method, max_waves=args.max_waves, progress=progress
         )
+        states = update_current_state(settings, up_to=end) if args.current_state and summary.complete else []
     finally:
         if progress is not None:
             progress.finish()
         stop_sessions()
     if args.json:
-        print(json.dumps(summary.to_json(), indent=2, sort_keys=True, default=str))
+        extra = {"current_state": [s.to_json() for s in states]} if args.current_state else {}
+        print(json.dumps({**summary.to_json(), **extra}, indent=2, sort_keys=True, default=str))
     else:
         print(describe(summary))
     return 0 if summary.complete else 1

@@ -104,6 +104,13 @@ def test_hourly_dag_wiring(example_bag: dict) -> None:
     payments = example_bag["dags"]["spanner_cdc_hourly__payments"]["tasks"]
     assert "wave_5.extract" in payments and "wave_6.extract" not in payments
     assert payments["wave_5.extract"]["downstream"] == ["close"]
+    # `snapshot = true`: the initial snapshot runs before anything reads changes; without it there is no such task
+    assert payments["snapshot"]["downstream"] == ["catch_up"] and payments["snapshot"]["retries"] > 0
+    assert "snapshot" not in tasks
+    # `current_state = true`: after the close, with an alias for one asset event per new state
+    assert tasks["close"]["downstream"] == [] and "current_state" not in tasks
+    assert payments["close"]["downstream"] == ["current_state"]
+    assert payments["current_state"]["outlets"] == ["spanner_cdc_current_states__payments"]
 
 
 def test_backfill_form(example_bag: dict) -> None:

@@ -26,7 +26,7 @@ from tests.integration.dags.conftest import (
     write_config,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(170)]
 
 HOURLY = f"spanner_cdc_hourly__{STREAM_NAME}"
 WORKLOAD_SECONDS = 12.0

@@ -35,7 +35,7 @@ from tests.integration.extract.fault_campaign import (
     wait_for_claim,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(280), pytest.mark.timeout(900)]
 
 SEED_ENV = "SPANNER_CDC_CAMPAIGN_SEED"
 DEFAULT_SEED = 20261123
