@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo up test test-unit lint bench clean
+.PHONY: install demo up test test-unit test-stores lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test: install browser-deps
 
 test-unit: install
 	$(BIN)/pytest tests/unit
+
+# The crash scenarios on every lake store (local path, S3 server, GCS server); `make test` runs each store once.
+test-stores: install
+	$(BIN)/pytest -m '' tests/integration/extract/test_extract_crash.py -k 'failpoint or random'
 
 lint: install
 	$(BIN)/ruff check .

@@ -15,7 +15,7 @@ from typing import Any
 
 from spanner_cdc.devstack import airflow_env, embedded_pg
 from spanner_cdc.devstack.demo_summary import DemoSummary, summarize
-from spanner_cdc.names import hourly_dag_id
+from spanner_cdc.names import LIVE_NAMESPACE, hourly_dag_id
 from spanner_cdc.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,8 @@ class DemoOptions:
     seed: int = 7
     # Real seconds the workload takes; the server clock runs fast enough to fit `hours` of history in them.
     workload_seconds: float = 30.0
+    # The lake's root when not the demo's own directory (e.g. a bucket); its demo stream is emptied first.
+    lake_root: Path | str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,13 +108,13 @@ def write_streams_config(path: Path, start: dt.datetime) -> None:
     )
 
 
-def demo_env(paths: DemoPaths, lineage_url: str, spanner_host: str, settings: Settings) -> dict[str, str]:
+def demo_env(paths: DemoPaths, lineage_url: str, spanner_host: str, settings: Settings, lake: Path | str) -> dict[str, str]:
     """What the Airflow processes of the demo need on top of the stack's environment."""
     return {
         "SPANNER_CDC_CONFIG": str(paths.config),
         "SPANNER_EMULATOR_HOST": spanner_host,
         "SPANNER_CDC_METADATA_URL": lineage_url,
-        "SPANNER_CDC_OUTPUT_ROOT": str(paths.lake),
+        "SPANNER_CDC_OUTPUT_ROOT": str(lake),
         "SPANNER_CDC_SPARK_MASTER": settings.spark_master,
     }
 
@@ -153,6 +155,11 @@ def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSu
     paths = DemoPaths(home / "demo")
     shutil.rmtree(paths.root, ignore_errors=True)
     paths.logs.mkdir(parents=True)
+    lake = options.lake_root if options.lake_root is not None else paths.lake
+    if options.lake_root is not None:  # a new lineage store starts its ids again: no earlier demo's files may stay
+        from spanner_cdc.lake.storage import join, remove_tree
+
+        remove_tree(join(lake, CHANGE_STREAM, LIVE_NAMESPACE))
 
     _say(echo, "1/5 embedded Postgres (lineage store and Airflow's metadata database)")
     postgres = embedded_pg.ensure_running(home / "postgres")
@@ -182,7 +189,7 @@ def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSu
         server.clock_start, server.clock_rate = None, 1.0
         server.restart()
         write_streams_config(paths.config, first)
-        extra = demo_env(paths, lineage_url, server.host, settings)
+        extra = demo_env(paths, lineage_url, server.host, settings, lake)
         _say(echo, f"4/5 Airflow: {hourly_dag_id(STREAM_NAME)}, one run per hour and one for the hour after "
                    "(dag.test)")
         # One run more than the history: the next hour's run finishes a window an earlier run left open.
@@ -192,10 +199,11 @@ def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSu
             env, [job], extra_env=extra, log_path=paths.logs / "airflow.log", retries=1,
             on_progress=None if echo is None else (lambda line: _say(echo, "  " + line)),
         )
-    paths.state.write_text(json.dumps({"lineage_url": lineage_url, "first_window": first.isoformat(), "rate": rate}))
+    state = {"lineage_url": lineage_url, "first_window": first.isoformat(), "rate": rate, "lake": str(lake)}
+    paths.state.write_text(json.dumps(state))
     _say(echo, "5/5 summary: reading back the lake and the lineage store")
     summary = summarize(
-        paths=paths, lineage_url=lineage_url, stream=CHANGE_STREAM, windows=windows, runs=runs,
+        paths=paths, lake_root=lake, lineage_url=lineage_url, stream=CHANGE_STREAM, windows=windows, runs=runs,
         elapsed_s=time.monotonic() - started,
     )
     paths.summary.write_text(summary.to_json_text())
@@ -224,8 +232,9 @@ def up(settings: Settings, *, port: int = 8080, echo: Echo = print) -> int:
         state = json.loads(paths.state.read_text())
         # Real time from here on: the server's clock resumes where the demo left it (it never goes back).
         with LocalSpanner(data_dir=paths.spanner, clock_rate=1.0, log_path=paths.logs / "local-spanner-up.log") as server:
-            extra = demo_env(paths, state["lineage_url"], server.host, settings)
-            _say(echo, f"demo stream: local Spanner server at {server.host}, lake {paths.lake}")
+            lake = state.get("lake", str(paths.lake))  # a bucket's URL stays text: a Path would fold its //
+            extra = demo_env(paths, state["lineage_url"], server.host, settings, lake)
+            _say(echo, f"demo stream: local Spanner server at {server.host}, lake {lake}")
             code = airflow_env.serve(env, extra_env=extra, stop=stop, on_ready=ready)
     _say(echo, "Airflow stopped" if code == 0 else "Airflow stopped: a service died (see its log)")
     return code

@@ -14,32 +14,38 @@ from spanner_cdc.devstack.demo_truth import Identity, identity, stamp
 from spanner_cdc.names import LIVE_NAMESPACE, hourly_dag_id
 
 
-def published_files(root: Path) -> list[Path]:
-    """Published data only: no path component under `root` starting with `_` or `.` (staging, markers)."""
-    if not root.exists():
-        return []
-    return sorted(
-        path for path in root.rglob("*.parquet")
-        if not any(part.startswith(("_", ".")) for part in path.relative_to(root).parts)
-    )
+def published_files(root: Path | str) -> list[str]:
+    """Published data only, under a local or a gs:// / s3:// root: no path component under `root` starting
+    with `_` or `.` (staging, markers)."""
+    from spanner_cdc.lake.layout import published_locations
+
+    return published_locations(root)
 
 
-def lake_identities(files: Iterable[Path]) -> list[Identity]:
-    """Every landed row as a change identity (table, keys, commit timestamp, type, values), read from Parquet."""
+def _read(location: Path | str, columns: list[str]) -> Any:
+    import io
+
     import pyarrow.parquet as pq
 
+    from spanner_cdc.lake import storage
+
+    if storage.scheme_of(location) is None:
+        return pq.read_table(location, columns=columns)
+    return pq.read_table(io.BytesIO(storage.read_bytes(location) or b""), columns=columns)
+
+
+def lake_identities(files: Iterable[Path | str]) -> list[Identity]:
+    """Every landed row as a change identity (table, keys, commit timestamp, type, values), read from Parquet."""
     columns = ["object", "keys", "commit_timestamp", "change_type", "new_values", "old_values"]
     rows: list[Identity] = []
-    for path in files:
-        for row in pq.read_table(path, columns=columns).to_pylist():
+    for location in files:
+        for row in _read(location, columns).to_pylist():
             rows.append(identity(*(row[c] for c in columns)))
     return rows
 
 
-def lake_uuids(files: Iterable[Path]) -> list[str]:
-    import pyarrow.parquet as pq
-
-    return [str(u) for path in files for u in pq.read_table(path, columns=["uuid"]).column("uuid").to_pylist()]
+def lake_uuids(files: Iterable[Path | str]) -> list[str]:
+    return [str(u) for location in files for u in _read(location, ["uuid"]).column("uuid").to_pylist()]
 
 
 @dataclass
@@ -155,13 +161,15 @@ def _window_rows(
 def summarize(
     *,
     paths: Any,
+    lake_root: Path | str,
     lineage_url: str,
     stream: str,
     windows: Sequence[tuple[dt.datetime, dt.datetime]],
     runs: Sequence[dict[str, Any]],
     elapsed_s: float,
 ) -> DemoSummary:
-    """Everything from its source: the store for windows and lineage, the Parquet files for rows."""
+    """Everything from its source: the store for windows and lineage, the Parquet files for rows (under
+    `lake_root`, a local path or a bucket)."""
     from spanner_cdc.devstack.demo_truth import truth_identities
     from spanner_cdc.store import MetadataStore
     from spanner_cdc.store.render import render
@@ -172,7 +180,9 @@ def summarize(
         stored = {(w.start, w.end): w for w in store.windows(lineage.id)}
     run_rows = [_run_row(run) for run in runs]
     window_rows = _window_rows(windows, stored, run_rows)
-    lake = paths.lake / stream / LIVE_NAMESPACE
+    from spanner_cdc.lake.storage import join
+
+    lake = join(lake_root, stream, LIVE_NAMESPACE)
     files = published_files(lake)
     first, last = stamp(windows[0][0]), stamp(windows[-1][1])
     rows = lake_identities(files)

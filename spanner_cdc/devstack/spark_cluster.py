@@ -170,11 +170,16 @@ class StandaloneCluster(_Launched):
 class ConnectServer(_Launched):
     """`sbin/start-connect-server.sh --wait` in the foreground on loopback: `url` is sc://127.0.0.1:<port>.
 
-    `master` is where the server runs its jobs: local[N] by default, or a standalone cluster's URL.
+    `master` is where the server runs its jobs: local[N] by default, or a standalone cluster's URL; `env` adds
+    to the server's environment, which its local executors inherit (e.g. an object store's endpoint).
     """
 
-    def __init__(self, *, master: str = "local[2]", work_dir: Path | None = None, conf: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *, master: str = "local[2]", work_dir: Path | None = None, conf: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(work_dir)
+        self.env.update(env or {})
         self.port = free_port()
         self.url = f"sc://{HOST}:{self.port}"
         settings = {

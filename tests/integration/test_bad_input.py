@@ -104,6 +104,8 @@ CASES: dict[str, Any] = {
     "output root that is a file": Case(extract(), "--output-root", "lake is a file", live_window=True),
     "output root under a directory this user cannot write": Case(extract(), "--output-root", "is not writable",
                                                                  live_window=True),
+    "demo lake not a path nor a bucket": Case(["demo", "--output-root", "gcs://bucket/lake"], "--output-root",
+                                              "gs://bucket/prefix or s3://bucket/prefix"),
 }  # fmt: skip
 
 

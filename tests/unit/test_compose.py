@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 from spanner_cdc.cli.main import build_parser
+from spanner_cdc.lake import storage
 from spanner_cdc.names import SPANNER_POOL
 from spanner_cdc.orchestration import connections
-from spanner_cdc.settings import CONFIG_ENV, Settings, load_settings
+from spanner_cdc.settings import CONFIG_ENV, Settings, load_settings, output_root
 from spanner_cdc.stream_config import load_streams
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,15 +29,19 @@ DOCKERFILE = REPO / "Dockerfile"
 VENV_BIN = Path(sys.executable).parent
 REQUIRED = {
     "postgres", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
-    "spark-master", "spark-worker", "spark-connect", "local-spanner",
+    "spark-master", "spark-worker-1", "spark-worker-2", "spark-connect", "local-spanner", "object-store", "lake-bucket",
 }
+SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
 LOCAL_IMAGE = "spanner-cdc:local"
 PUBLIC_IMAGE = re.compile(r"^(?:[a-z0-9.-]+\.[a-z]{2,}/)?[a-z0-9._-]+(?:/[a-z0-9._-]+)*:[A-Za-z0-9._-]+$")
 # Variables read by the third-party programs the services run, documented by them, not by us.
 THIRD_PARTY_ENV = {
     "POSTGRES_USER": "postgres image", "POSTGRES_PASSWORD": "postgres image",
     "SPARK_NO_DAEMONIZE": "Spark launch scripts",
+    "MINIO_ROOT_USER": "minio image", "MINIO_ROOT_PASSWORD": "minio image", "MC_HOST_lake": "mc (minio client)",
 }
+# Read by botocore, through which the lake's storage layer reaches S3 (see spanner_cdc.lake.storage).
+S3_ENV = {storage.S3_ENDPOINT_ENV, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"}
 INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?-)(?P<default>[^}]*))?\}")
 
 
@@ -183,7 +188,7 @@ def _spark_classes() -> set[str]:
 
 def test_spark_commands_run_classes_that_ship_with_pyspark() -> None:
     ran = [argv for _, argv in commands() if argv[0] in ("spark-class", "spark-submit")]
-    assert len(ran) == 3
+    assert len(ran) == 4  # the master, two workers, the Connect server
     classes = _spark_classes()
     for argv in ran:
         assert (VENV_BIN / argv[0]).exists(), argv[0]
@@ -193,6 +198,8 @@ def test_spark_commands_run_classes_that_ship_with_pyspark() -> None:
 
 def test_every_executable_is_installed_by_the_project() -> None:
     for name, argv in commands():
+        if services()[name].get("image") != LOCAL_IMAGE:  # the object store's images run their own entrypoints
+            continue
         assert argv[0] in {"spanner-cdc", "airflow", "spark-class", "spark-submit", "bash"}, (name, argv)
         if argv[0] != "bash":
             assert (VENV_BIN / argv[0]).exists(), (name, argv[0])
@@ -229,6 +236,8 @@ def test_every_env_var_is_one_its_reader_knows() -> None:
                 conn_id = key[len("AIRFLOW_CONN_"):].lower()
                 assert conn_id in ours, f"{name}: {key} is not a connection the DAGs read"
                 json.loads(value)
+            elif key in S3_ENV:
+                assert name.startswith(("airflow", "spark")), f"{name}: {key} on a service that does not touch the lake"
             elif key.startswith("SPANNER_CDC_"):
                 field = key[len("SPANNER_CDC_"):].lower()
                 assert key == CONFIG_ENV or field in Settings.field_names(), f"{name}: {key}"
@@ -285,3 +294,53 @@ def test_every_bind_mount_source_exists() -> None:
             source = mount.split(":", 1)[0]
             if source.startswith("./"):
                 assert (REPO / source).exists(), f"{name}: {source} does not exist"
+
+
+def _bucket_endpoint() -> tuple[str, str, str, str]:
+    """(bucket, endpoint, access key, secret key) as the object store and its bucket-creating init define them."""
+    store, init = services()["object-store"], services()["lake-bucket"]
+    command = store["command"]
+    port = command[command.index("--address") + 1].rsplit(":", 1)[1]
+    assert f"{port}:{port}" in store["ports"]
+    endpoint = f"http://{store['hostname']}:{port}"
+    assert init["command"][:2] == ["mb", "--ignore-existing"] and init["image"].startswith("minio/mc:")
+    alias, bucket = init["command"][2].split("/", 1)
+    credentials = env_of(store)
+    assert env_of(init)[f"MC_HOST_{alias}"] == (
+        f"http://{credentials['MINIO_ROOT_USER']}:{credentials['MINIO_ROOT_PASSWORD']}@{endpoint.split('//', 1)[1]}"
+    )
+    assert init["depends_on"] == {"object-store": {"condition": "service_healthy"}}
+    return bucket, endpoint, credentials["MINIO_ROOT_USER"], credentials["MINIO_ROOT_PASSWORD"]
+
+
+def test_the_lake_is_a_bucket_on_the_object_store_that_every_lake_process_reaches() -> None:
+    bucket, endpoint, key, secret = _bucket_endpoint()
+    stack = load_settings({}, env={CONFIG_ENV: str(REPO / "config" / "streams.compose.toml")})
+    roots = {stack.output_root} | {s.output_root for s in load_streams(stack).values() if s.output_root is not None}
+    assert {(storage.scheme_of(r), str(r).split("/")[2]) for r in roots} == {("s3", bucket)}
+    lake_processes = [n for n in services() if n.startswith(("airflow", "spark"))]
+    assert set(SPARK_WORKERS) | {"spark-connect", "airflow-scheduler"} <= set(lake_processes)
+    for name in lake_processes:
+        env = env_of(services()[name])
+        assert env[storage.S3_ENDPOINT_ENV] == endpoint, name
+        assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == (key, secret), name
+        if name.startswith("airflow"):  # the tasks (the Spark driver's side: journals, markers, orphans)
+            root = output_root("output_root", env["SPANNER_CDC_OUTPUT_ROOT"])
+            assert storage.scheme_of(root) == "s3" and str(root).split("/")[2] == bucket, name
+            if name != "airflow-init":  # the services that run tasks start once the bucket exists
+                assert services()[name]["depends_on"]["lake-bucket"] == {"condition": "service_completed_successfully"}
+
+
+def test_spark_has_two_workers_that_share_no_volume_with_the_driver_or_airflow() -> None:
+    master = services()["spark-master"]["command"]
+    master_url = f"spark://{services()['spark-master']['hostname']}:{master[master.index('--port') + 1]}"
+    for name in SPARK_WORKERS:
+        worker = services()[name]
+        assert worker["command"][-1] == master_url and "volumes" not in worker, name
+    assert {services()[n]["hostname"] for n in SPARK_WORKERS} == set(SPARK_WORKERS)
+    connect = services()["spark-connect"]
+    assert f"{master_url}" in connect["command"] and "volumes" not in connect
+    # the lake's volume belongs to the object store alone: nothing else reads the lake from a disk
+    for name, service in services().items():
+        mounts = [m.split(":", 1)[0] for m in service.get("volumes") or []]
+        assert ("lake" in mounts) == (name == "object-store"), name

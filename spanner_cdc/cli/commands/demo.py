@@ -23,6 +23,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                       help="real seconds the workload takes; the clock is sped up to fit the hours in (default 30)")
     demo.add_argument("--home", help="where the embedded services keep their data (default .local)")
     demo.add_argument("--spark-master", help="Spark master for the extract jobs (default local[*])")
+    demo.add_argument(
+        "--output-root",
+        help="the demo's lake: a path, gs://bucket/prefix or s3://bucket/prefix (endpoint and credentials from the "
+        "standard variables); its <root>/demo_stream/live is emptied first (default .local/demo/lake)",
+    )
     demo.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     demo.set_defaults(func=run_demo)
 
@@ -42,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_demo(args: argparse.Namespace) -> int:
     from spanner_cdc.devstack.demo import DemoOptions, demo
     from spanner_cdc.errors import UsageError
-    from spanner_cdc.settings import load_settings
+    from spanner_cdc.settings import load_settings, output_root
 
     if not 1 <= args.hours <= 24:
         raise UsageError(f"--hours {args.hours}: expected 1 to 24")
@@ -51,8 +56,10 @@ def run_demo(args: argparse.Namespace) -> int:
     if not 5 <= args.workload_seconds <= 3600:
         raise UsageError(f"--workload-seconds {args.workload_seconds}: expected 5 to 3600")
     settings = load_settings({"home": args.home, "spark_master": args.spark_master})
+    lake_root = output_root("--output-root", args.output_root) if args.output_root is not None else None
     options = DemoOptions(
-        hours=args.hours, transactions=args.transactions, seed=args.seed, workload_seconds=args.workload_seconds
+        hours=args.hours, transactions=args.transactions, seed=args.seed, workload_seconds=args.workload_seconds,
+        lake_root=lake_root,
     )
     summary = demo(settings, options, echo=None if args.json else print)
     print(summary.to_json_text() if args.json else summary.render())

@@ -111,7 +111,7 @@ def hourly_runs(stack: Stack, history: History) -> list[dict[str, Any]]:
     return stack.run([job], "hourly")
 
 
-def _rows_in(files: list[Path], start: dt.datetime, end: dt.datetime) -> list[Any]:
+def _rows_in(files: list[str], start: dt.datetime, end: dt.datetime) -> list[Any]:
     return [row for row in lake_identities(files) if start.isoformat() <= row[2] < end.isoformat()]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import LAKE_SCHEMA
 from spanner_cdc.lake.layout import published_files
 
@@ -23,6 +25,17 @@ def published_rows(root: Path) -> list[dict[str, Any]]:
         assert [f.type for f in table.schema] == [f.type for f in LAKE_SCHEMA], path
         tables.append(table)
     return pa.concat_tables(tables).to_pylist() if tables else []
+
+
+def rows_of(locations: list[str]) -> list[dict[str, Any]]:
+    """All rows of these files (local paths or gs:// / s3:// objects), checking each has exactly the lake schema."""
+    rows = []
+    for location in locations:
+        table = pq.read_table(io.BytesIO(storage.read_bytes(location) or b""))
+        assert table.schema.names == LAKE_SCHEMA.names, location
+        assert [f.type for f in table.schema] == [f.type for f in LAKE_SCHEMA], location
+        rows += table.to_pylist()
+    return rows
 
 
 def plain_utc(value: datetime) -> datetime:

@@ -17,9 +17,8 @@ from spanner_cdc.lake import storage
 from spanner_cdc.lake.layout import LakeLayout, published_locations
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.object_store import ObjectStore
-from tests.integration.extract.lake_reading import change_of
+from tests.integration.extract.lake_reading import change_of, rows_of
 from tests.integration.extract.test_extract_crash import committed_paths, extract
-from tests.integration.extract.test_extract_object_store import rows_of
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

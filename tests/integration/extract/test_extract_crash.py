@@ -1,4 +1,5 @@
-"""Crash tests: the extract process is SIGKILLed at named and at random points, run again, and the lake is exact."""
+"""Crash tests: the extract process is SIGKILLed at named and at random points, run again, and the lake is exact
+(on a local path, on an S3 server and on a GCS server)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,21 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+from spanner_cdc.devstack.object_stores import ObjectStore
 from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.extract.token import FAILPOINT_ENV, LEASE_ENV
-from spanner_cdc.extract.window import run_window
-from spanner_cdc.lake.layout import LakeLayout, published_files
+from spanner_cdc.lake import storage
+from spanner_cdc.lake.layout import LakeLayout, published_locations
 from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
-from tests.fixtures.spark import LOCAL_MASTER
-from tests.integration.extract.lake_reading import change_of, published_rows
+from tests.integration.extract.lake_reading import change_of, rows_of
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(210)]
@@ -70,49 +70,108 @@ def windows(database: Any, server: LocalSpanner, count: int) -> tuple[SmallWorkl
         work.phase(range(n * 16, n * 16 + 8))
         (server.control.split if n % 2 == 0 else server.control.merge)(database.name, STREAM)
         work.phase(range(n * 16 + 8, n * 16 + 16))
-        bounds.append(datetime.now(UTC))
+        # past the last commit too: the server's clock may run a few ms ahead of this process's (it reads the
+        # wall clock once at its start, and a busy machine can pause it between that and its monotonic origin)
+        bounds.append(max(datetime.now(UTC), max(change[0] for change in work.expected) + timedelta(microseconds=1)))
     return work, bounds
 
 
 def assert_lake_exact(settings: Any, store: MetadataStore, work: SmallWorkload) -> None:
-    root = LakeLayout(settings.output_root, STREAM, settings.namespace).root
-    assert {str(p) for p in published_files(root)} == committed_paths(store, settings)
-    assert Counter(change_of(r) for r in published_rows(settings.output_root)) == Counter(work.expected)
+    """Published files = the manifest = what the windows' markers list; rows = the workload; every window checked."""
+    location = LakeLayout(settings.output_root, STREAM, settings.namespace).location
+    published = published_locations(location)
+    assert set(published) == committed_paths(store, settings)
+    lineage = store.get_lineage(STREAM, settings.namespace)
+    marked = []
+    for window in store.windows(lineage.id):
+        assert window.state == "COMPLETE" and window.transaction_check and window.transaction_check["ok"], window
+        marker = json.loads(storage.read_bytes(window.marker_path) or b"{}")
+        marked += [storage.join(location, f["path"]) for f in marker["files"]]
+    assert sorted(marked) == published
+    assert Counter(change_of(r) for r in rows_of(published)) == Counter(work.expected)
 
 
-def test_killed_at_each_failpoint_then_rerun(
-    make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any, store: MetadataStore,
-    spark_connect_server: Any, spark: Any, monkeypatch: pytest.MonkeyPatch,
+# The exactly-once scenarios run with the lake on a local path, on the S3 server and on the GCS server. The
+# default run rotates the stores over the scenarios (scenario i on store i mod 3, the random kills on a seeded
+# choice), so each scenario and each store runs once; the other pairings are opt-in: `make test-stores`.
+STORES = ("local", "s3", "gs")
+# ordered so that both buckets get a scenario that leaves published objects outside the manifest
+FAILPOINT_SCENARIOS = ("after_commit:1", "after_publish:1", "after_job:2", "after_publish:2")
+RANDOM_KILL_STORE = random.Random(SEED).choice(STORES)
+
+
+def rotated(scenarios: tuple[str, ...]) -> list[Any]:
+    """(scenario, store) pairs: scenario i on store i mod 3 by default, every other pairing marked `stores`."""
+    return [
+        pytest.param(scenario, store, id=f"{scenario}-{store}", marks=() if j == i % len(STORES) else pytest.mark.stores)
+        for i, scenario in enumerate(scenarios) for j, store in enumerate(STORES)
+    ]  # fmt: skip
+
+
+def lake_settings(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, make: Any, database: Any, where: str) -> Any:
+    """Extract settings with the lake `where`: a local path, or the run's S3 / GCS server, its endpoint put in this
+    process's environment (which reads the bucket back, and which `subprocess_env` hands to the extracts)."""
+    if where == "local":
+        return make(database.database_id, STREAM, spark_master=request.getfixturevalue("spark_connect_server").url)
+    server: ObjectStore = request.getfixturevalue("s3_server" if where == "s3" else "gcs_server")
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    root = server.root(f"crash-{database.database_id}")
+    return make(database.database_id, STREAM, output_root=root, spark_master=request.getfixturevalue("spark_connect_server").url)
+
+
+NEXT_WINDOW_FIRST = """
+import sys
+from datetime import datetime
+from spanner_cdc.extract.window import run_window
+from spanner_cdc.settings import load_settings
+sys.exit(0 if run_window(load_settings(), datetime.fromisoformat(sys.argv[1]), datetime.fromisoformat(sys.argv[2])).complete else 1)
+"""
+
+
+def run_next_window_first(settings: Any, start: datetime, end: datetime) -> None:
+    """The window through the pipeline API, which (unlike `spanner-cdc extract`) does not finish an open window before it."""
+    command = [sys.executable, "-c", NEXT_WINDOW_FIRST, start.isoformat(), end.isoformat()]
+    env = subprocess_env(settings, **{LEASE_ENV: "2"})
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+@pytest.mark.parametrize(("failpoint", "where"), rotated(FAILPOINT_SCENARIOS))
+def test_killed_at_a_failpoint_then_rerun(
+    failpoint: str, where: str, make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any,
+    store: MetadataStore, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     database = make_spanner_database(DDL)
-    settings = extract_settings(database.database_id, STREAM, spark_master=spark_connect_server.url)
-    work, (w0, w1, w2, w3) = windows(database, local_spanner, 3)
-    root = LakeLayout(settings.output_root, STREAM, settings.namespace).root
-    # killed after publishing, before the commit: files on disk that the manifest does not know
-    assert extract(settings, w0, w1, **{FAILPOINT_ENV: "after_publish:1"}) == -signal.SIGKILL
-    orphans = {str(p) for p in published_files(root)} - committed_paths(store, settings)
-    assert orphans, "the crash should have left published files outside the manifest"
-    # the next window runs first, through the pipeline API, which (unlike `spanner-cdc extract`) does not
-    # finish the open window before it: the crashed token is re-read over a longer range, under other
-    # names, so its orphans must be deleted rather than replaced
-    monkeypatch.setenv(LEASE_ENV, "2")
-    assert run_window(replace(settings, spark_master=LOCAL_MASTER), w1, w2).complete  # the run's local session
-    assert not orphans & {str(p) for p in published_files(root)}
-    assert extract(settings, w0, w1) == 0  # closes: every partition is past it
-    for point in ("after_job:2", "after_commit:1", "after_publish:2"):
-        assert extract(settings, w2, w3, **{FAILPOINT_ENV: point}) in (0, -signal.SIGKILL)
-    assert extract(settings, w2, w3) == 0
+    settings = lake_settings(request, monkeypatch, extract_settings, database, where)
+    work, bounds = windows(database, local_spanner, 2 if failpoint == "after_publish:1" else 1)
+    layout = LakeLayout(settings.output_root, STREAM, settings.namespace)
+    location = layout.location
+    assert extract(settings, bounds[0], bounds[1], **{FAILPOINT_ENV: failpoint}) == -signal.SIGKILL
+    assert not storage.exists(layout.marker_location(bounds[0], bounds[1]))  # the marker is written last
+    orphans = set(published_locations(location)) - committed_paths(store, settings)
+    if failpoint == "after_publish:1":
+        # killed after publishing, before the commit: objects the manifest does not know. The next window runs
+        # first: the crashed token is re-read over a longer range, under other names, so its orphans must be
+        # deleted rather than replaced
+        assert orphans, "the crash should have left published files outside the manifest"
+        run_next_window_first(settings, bounds[1], bounds[2])
+        assert not orphans & set(published_locations(location))
+    assert extract(settings, bounds[0], bounds[1]) == 0
     assert_lake_exact(settings, store, work)
     lineage = store.get_lineage(STREAM, settings.namespace)
-    assert [w.state for w in store.windows(lineage.id)] == ["COMPLETE"] * 3
-    assert all(w.transaction_check and w.transaction_check["ok"] for w in store.windows(lineage.id))
+    assert len(store.windows(lineage.id)) == len(bounds) - 1
 
 
+@pytest.mark.parametrize(
+    "where", [pytest.param(w, marks=() if w == RANDOM_KILL_STORE else pytest.mark.stores) for w in STORES]
+)
 def test_killed_at_random_moments_then_rerun(
-    make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any, store: MetadataStore, spark_connect_server: Any
-) -> None:
+    where: str, make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any, store: MetadataStore,
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     database = make_spanner_database(DDL)
-    settings = extract_settings(database.database_id, STREAM, spark_master=spark_connect_server.url)
+    settings = lake_settings(request, monkeypatch, extract_settings, database, where)
     work, (s, m, e) = windows(database, local_spanner, 2)
     rng = random.Random(SEED)
     outcomes = []
