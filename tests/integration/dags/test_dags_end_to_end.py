@@ -285,7 +285,7 @@ def test_bad_backfill_forms_are_refused_with_a_clear_message(stack: Stack, histo
         assert "backfill refused: invalid start='yesterday': expected an ISO 8601 date-time" in log
     # The form itself (JSON schema of the Params) refuses an unknown stream and a heartbeat out of range.
     assert results["unknown stream"]["state"] == "refused"
-    assert "'nope' is not one of ['orders', 'moving']" in results["unknown stream"]["error"]
+    assert "'nope' is not one of ['moving', 'orders']" in results["unknown stream"]["error"]
     assert results["heartbeat"]["state"] == "refused"
     assert "10 is less than the minimum of 1000" in results["heartbeat"]["error"]
     with MetadataStore.connect(stack.lineage_url) as store:
