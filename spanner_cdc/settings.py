@@ -77,6 +77,19 @@ def _postgres_url(name: str, value: Any) -> str | None:
     return text
 
 
+ICEBERG_CATALOG_ACCEPTED = "off, store (a SQL catalog in the metadata store), http(s)://<REST catalog> or thrift://<Hive metastore>"
+
+
+def _iceberg_catalog(name: str, value: Any) -> str:
+    """`off`, `store`, or a REST / Hive catalog URL (credentials never in it: they are refused unshown)."""
+    text = _text(name, value)
+    if text.lower() in ("off", "store"):
+        return text.lower()
+    if text.startswith(("http://", "https://", "thrift://")) and "@" not in text.split("/")[2]:
+        return text.rstrip("/")
+    raise ConfigError(name, text.split("://", 1)[0] + "://***" if "@" in text else text, ICEBERG_CATALOG_ACCEPTED)
+
+
 def _spark_master(name: str, value: Any) -> str:
     text = str(value)
     if not SPARK_MASTER.match(text):
@@ -149,6 +162,9 @@ class Settings:
     output_root: Path | str = field(
         default=Path(".local/lake"), metadata=_meta(output_root, "root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix")
     )
+    iceberg_catalog: str = field(
+        default="off", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: off, store, or a REST/Hive catalog URL")
+    )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
     namespace: str = field(default="live", metadata=_meta(_identifier, "lineage namespace"))
     concurrency: int = field(default=4, metadata=_meta(_int_between(1, 256), "tokens extracted at once"))
@@ -215,7 +231,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
     return Settings(**values)
 
 
-SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "spark_master",
+SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
                      "namespace", "concurrency", "heartbeat_ms", "home")  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from spanner_cdc.errors import ConfigError, ExtractError, UsageError, setting
 from spanner_cdc.extract.planning import check_retention, effective_start, root_partitions
 from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims, lease_duration, liveness_enabled
 from spanner_cdc.lake import storage
+from spanner_cdc.lake.iceberg import land_window
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
 from spanner_cdc.lake.markers import write_marker
 from spanner_cdc.lineage.rules import inclusive_end, read_from
@@ -361,6 +362,8 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
             "the window is not marked complete"
         )
     marker = write_marker(layout, lineage_id=lineage_id, window_start=start, window_end=end, files=files, check=check)
+    # after the marker, before the window is closed: a close killed in between commits on its re-run, once
+    land_window(settings, layout, window_start=start, window_end=end, files=files)
     store.close_window(
         lineage_id, start, end, records=summary.records, files=summary.files, transaction_check=check, marker_path=str(marker)
     )

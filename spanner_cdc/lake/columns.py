@@ -42,7 +42,7 @@ LAKE_SCHEMA = pa.schema(
 LAKE_COLUMNS: tuple[str, ...] = tuple(LAKE_SCHEMA.names)
 
 # The Spark job partitions its staging output by this extra column (Hive style, so the column is
-# dropped from the files); the published layout then names the table as `table=<name>`.
+# dropped from the files); the published layout then names the table as `table_name=<name>` (not a column: no clash).
 PARTITION_COLUMN = "_lake_table"
 SOURCE_SCHEMA = LAKE_SCHEMA.append(pa.field(PARTITION_COLUMN, pa.string()))
 

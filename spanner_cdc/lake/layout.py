@@ -27,14 +27,24 @@ def compact_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
 
-def partition_time(value: datetime) -> str:
-    """A timestamp as a Hive partition value, escaped the way Spark escapes ':' (`%3A`).
+TABLE_KEY = "table_name"
+WINDOW_KEY = "window_id"
 
-    Spark and pyarrow unescape it to an ISO text with an explicit `Z`, which casts to the exact
-    instant in any session time zone (a zone-less value would be read in the session's zone).
+
+def window_id(value: datetime) -> str:
+    """A window start as its directory value: ISO 8601 basic format in UTC, `20240501T100000Z`
+    (`.ffffff` before the `Z` only when the start has microseconds).
+
+    Neither key is a column, and the value has no `:` to escape, so pyarrow, Spark and DuckDB all
+    discover `window_id` as the same string; the typed instant is the `window_start` column.
     """
-    text = value.astimezone(UTC).isoformat(timespec="microseconds" if value.microsecond else "seconds")
-    return text.replace("+00:00", "Z").replace(":", "%3A")
+    text = value.astimezone(UTC).strftime("%Y%m%dT%H%M%S")
+    return f"{text}.{value.microsecond:06d}Z" if value.microsecond else f"{text}Z"
+
+
+def window_dir(table: str, window_start: datetime) -> str:
+    """`table_name=<table>/window_id=<window start>`: the Hive directories of one table's window."""
+    return f"{TABLE_KEY}={escape_table(table)}/{WINDOW_KEY}={window_id(window_start)}"
 
 
 def token_digest(token: str) -> str:
@@ -55,7 +65,7 @@ def object_name(
     """Where a token's range lands one table's rows under a lineage's `root`: deterministic in (lineage,
     token, range, table, window), so a retry writes the same object instead of a second one."""
     stem = f"part-L{lineage_id}-{token_digest(token)}-{compact_time(range_start)}-{compact_time(range_end)}"
-    return join(root, f"table={escape_table(table)}", f"window_start={partition_time(window_start)}", f"{stem}-{sequence:03d}.parquet")
+    return join(root, window_dir(table, window_start), f"{stem}-{sequence:03d}.parquet")
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,7 @@ class LakeLayout:
         return scheme_of(self.output_root) is not None
 
     def window_prefix(self, table: str, window_start: datetime) -> str:
-        return join(self.location, f"table={escape_table(table)}", f"window_start={partition_time(window_start)}")
+        return join(self.location, window_dir(table, window_start))
 
     def published_location(self, **name: Any) -> str:
         """object_name() under this lineage's root."""
@@ -89,7 +99,7 @@ class LakeLayout:
 
     def window_objects_pattern(self, lineage_id: int, window_start: datetime, stem: str = "") -> str:
         """Every object a lineage's extracts of one window may have written (a token's with its `stem`)."""
-        return join(self.location, "table=*", f"window_start={partition_time(window_start)}", f"{stem or f'part-L{lineage_id}-'}*")
+        return join(self.location, f"{TABLE_KEY}=*", f"{WINDOW_KEY}={window_id(window_start)}", f"{stem or f'part-L{lineage_id}-'}*")
 
     def staging_location(self, token: str) -> str:
         return join(self.location, STAGING_DIR, token_digest(token))
@@ -109,7 +119,7 @@ class LakeLayout:
         return self.root / WINDOWS_DIR
 
     def table_window_dir(self, table: str, window_start: datetime) -> Path:
-        return self.root / f"table={escape_table(table)}" / f"window_start={partition_time(window_start)}"
+        return self.root / window_dir(table, window_start)
 
     def file_stem(self, lineage_id: int, token: str, range_start: datetime, range_end: datetime) -> str:
         """Deterministic in (lineage, token, range): a retry of the same range writes the same names."""

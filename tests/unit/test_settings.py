@@ -134,3 +134,15 @@ def test_a_bad_spark_master_is_named_without_its_token() -> None:
         load_settings({"spark_master": f"sc://connect host:15002/;token={TOKEN}"}, env={})
     assert TOKEN not in str(error.value), error.value
     assert "invalid --spark-master='sc://connect host:15002/;token=***'" in str(error.value), error.value
+
+
+def test_the_iceberg_catalog_is_off_store_or_a_catalog_url() -> None:
+    assert load_settings(env={}).iceberg_catalog == "off"
+    assert load_settings(env={"SPANNER_CDC_ICEBERG_CATALOG": "Store"}).iceberg_catalog == "store"
+    assert load_settings({"iceberg_catalog": "https://catalog.example/api/"}).iceberg_catalog == "https://catalog.example/api"
+    assert load_settings({"iceberg_catalog": "thrift://metastore:9083"}).iceberg_catalog == "thrift://metastore:9083"
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"iceberg_catalog": "https://user:secret@catalog.example"})
+    assert "secret" not in str(caught.value) and "--iceberg-catalog='https://***'" in str(caught.value)
+    with pytest.raises(ConfigError, match=r"SPANNER_CDC_ICEBERG_CATALOG='glue'.*off, store"):
+        load_settings(env={"SPANNER_CDC_ICEBERG_CATALOG": "glue"})

@@ -42,7 +42,8 @@ def test_a_window_lands_in_the_bucket_exactly_after_a_crash(
 ) -> None:  # fmt: skip
     database = make_spanner_database(DDL)
     root = object_store.root(f"lake-{database.database_id}")
-    settings = extract_settings(database.database_id, STREAM, output_root=root, spark_master=LOCAL_MASTER)
+    # each close also commits the window to the Iceberg change log, metadata and all in the bucket
+    settings = extract_settings(database.database_id, STREAM, output_root=root, spark_master=LOCAL_MASTER, iceberg_catalog="store")
     work = SmallWorkload(database)
     start = datetime.now(UTC)
     work.phase(range(0, 6))
@@ -66,3 +67,16 @@ def test_a_window_lands_in_the_bucket_exactly_after_a_crash(
     assert marker["rows"] == len(work.expected) and marker["transaction_check"]["ok"]
     assert marker["transaction_check"]["transactions"] == 4
     assert Counter(change_of(r) for r in rows_of(published)) == Counter(work.expected)
+    assert_iceberg_holds(settings, layout, published, work.expected, start)
+
+
+def assert_iceberg_holds(settings: Any, layout: LakeLayout, published: list[str], expected: list[Any], start: datetime) -> None:
+    """The window is one snapshot of the change log, holding exactly the marker's files and the workload's changes
+    (this process has the bucket's endpoint in its environment, from the object_store fixture)."""
+    from spanner_cdc.lake import iceberg
+
+    props = iceberg.catalog_properties("store", metadata_url=settings.metadata_url, warehouse=str(settings.output_root))
+    table = iceberg.changelog_table(iceberg.open_catalog(props), layout)
+    assert [s["window_start"] for s in iceberg.window_snapshots(table)] == [start.isoformat()]
+    assert sorted(task.file.file_path for task in table.scan().plan_files()) == published
+    assert Counter(change_of(r) for r in table.scan().to_arrow().to_pylist()) == Counter(expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from spanner_cdc.cli.main import main
 from spanner_cdc.devstack import workload
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME, comparable, parse_timestamp
@@ -80,15 +82,40 @@ def write_three_windows(
 
 def test_three_windows_land_every_committed_change_exactly_once(
     fast_server: LocalSpanner, extract_settings: Any, store: MetadataStore, pg_url: str, spark: Any,
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", fast_server.host)
     settings, bounds, truth = write_three_windows(fast_server, extract_settings, tmp_path)
+    settings = dataclasses.replace(settings, iceberg_catalog="store")  # each close also commits the window to Iceberg
 
     summaries = [run_window(settings, start, end) for start, end in zip(bounds, bounds[1:], strict=False)]
 
     assert max(s.waves for s in summaries) >= 2  # children born in a window were read in the same run
     assert_landed_exactly(settings, bounds, truth, summaries, store, pg_url)
+    assert_iceberg_equals_truth(settings, bounds, truth, capsys)
+
+
+def assert_iceberg_equals_truth(settings: Any, bounds: list[datetime], truth: list[workload.GroundTruthRow], capsys: Any) -> None:
+    """The change log through pyiceberg (whole, and as of each window's snapshot) and through pyarrow's hive
+    discovery of the plain files: each equals the workload's ground truth; `lake show` lists one snapshot per window."""
+    import pyarrow.dataset as ds
+
+    from spanner_cdc.lake import iceberg
+
+    props = iceberg.catalog_properties("store", metadata_url=settings.metadata_url, warehouse=str(settings.output_root))
+    layout = LakeLayout(settings.output_root, STREAM, settings.namespace)
+    table = iceberg.changelog_table(iceberg.open_catalog(props), layout)
+    assert Counter(map(lake_key, table.scan().to_arrow().to_pylist())) == Counter(map(truth_key, truth))
+    discovered = ds.dataset(layout.root, format="parquet", partitioning="hive").to_table().to_pylist()
+    assert Counter(map(lake_key, discovered)) == Counter(map(truth_key, truth))
+    assert main(["lake", "show", "--stream", STREAM, "--namespace", settings.namespace, "--metadata-url", settings.metadata_url,
+                 "--output-root", str(settings.output_root), "--json"]) == 0  # fmt: skip
+    shown = json.loads(capsys.readouterr().out)["snapshots"]
+    assert [s["window_start"] for s in shown] == [b.isoformat() for b in bounds[:-1]]
+    for snapshot, end in zip(shown, bounds[1:], strict=True):  # as of a window's snapshot: every window up to its end
+        rows = table.scan(snapshot_id=snapshot["snapshot_id"]).to_arrow().to_pylist()
+        assert Counter(map(lake_key, rows)) == Counter(truth_key(r) for r in truth if r.commit_timestamp < end)
+        assert snapshot["total_rows"] == len(rows)
 
 
 def test_windows_left_open_are_finished_before_later_ones(

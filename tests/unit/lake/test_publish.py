@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,7 +12,7 @@ import pytest
 
 from spanner_cdc.lake.columns import LAKE_SCHEMA, PARTITION_COLUMN
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
-from spanner_cdc.lake.layout import LakeLayout, is_published, partition_time, published_files
+from spanner_cdc.lake.layout import LakeLayout, is_published, published_files, window_id
 from spanner_cdc.lake.markers import write_marker
 from spanner_cdc.lake.publish import publish, read_journal, remove_orphans, staged_files
 from tests.unit.lake.records import T0, data_record
@@ -49,19 +48,20 @@ def test_names_are_deterministic_in_lineage_token_and_range(layout: LakeLayout) 
     args = dict(lineage_id=1, token="t", range_start=T0, range_end=LAST, table="Users", window_start=T0, sequence=0)
     path = layout.published_path(**args)  # type: ignore[arg-type]
     assert path == layout.published_path(**args)  # type: ignore[arg-type]
-    assert path.parent == layout.root / "table=Users" / "window_start=2024-05-01T10%3A00%3A00Z"
+    assert path.parent == layout.root / "table_name=Users" / "window_id=20240501T100000Z"
     for change in ({"token": "u"}, {"lineage_id": 2}, {"range_start": T0 + timedelta(microseconds=1)}, {"sequence": 1}):
         assert layout.published_path(**{**args, **change}) != path  # type: ignore[arg-type]
     assert is_published(path, layout.root)
-    assert unquote(partition_time(T0)) == "2024-05-01T10:00:00Z"
+    assert window_id(T0) == "20240501T100000Z"
+    assert window_id(T0 + timedelta(microseconds=250)) == "20240501T100000.000250Z"
 
 
 def test_staging_and_markers_are_not_published(layout: LakeLayout, tmp_path: Path) -> None:
     stage(layout.staging_root / "x" / "data", [data_record()])
     (layout.windows_dir).mkdir(parents=True)
     (layout.windows_dir / "m.parquet").write_bytes(b"")
-    (layout.root / "table=Users" / ".hidden.parquet").parent.mkdir(parents=True)
-    (layout.root / "table=Users" / ".hidden.parquet").write_bytes(b"")
+    (layout.root / "table_name=Users" / ".hidden.parquet").parent.mkdir(parents=True)
+    (layout.root / "table_name=Users" / ".hidden.parquet").write_bytes(b"")
     assert published_files(layout.root) == []
 
 
@@ -76,7 +76,7 @@ def test_publish_moves_each_table_to_its_deterministic_name(layout: LakeLayout, 
     for f in manifest:
         assert Path(f.path).stat().st_size == f.bytes
         assert pq.read_schema(f.path).names == LAKE_SCHEMA.names
-        assert f"table={f.table_name}" in f.path and f.range_start == T0 and f.range_end == LAST
+        assert f"table_name={f.table_name}/window_id=" in f.path and f.range_start == T0 and f.range_end == LAST
     journal = read_journal(layout, "tok")
     assert journal is not None and sorted(journal["paths"]) == sorted(f.path for f in manifest)
 
@@ -125,3 +125,30 @@ def test_marker_names_the_window_its_files_and_counts(layout: LakeLayout, tmp_pa
     assert marker["rows"] == 3 and marker["tables"] == {"Orders": 1, "Users": 2}
     assert sorted(f["path"] for f in marker["files"]) == sorted(str(Path(f.path).relative_to(layout.root)) for f in manifest)
     assert marker["transaction_check"]["ok"] is True
+
+
+def publish_two_windows(layout: LakeLayout, tmp_path: Path) -> list[str]:
+    """Files of two tables in two windows (one starting at a microsecond), published as the extract does."""
+    paths = []
+    for n, start in enumerate((T0, E + timedelta(microseconds=250))):
+        data_dir = tmp_path / f"stage{n}" / "data"
+        stage(data_dir, [data_record(0, table="Users", mods=2), data_record(1, tx="t2", table="Orders")])
+        manifest = publish(data_dir, layout, lineage_id=3, token="tok", range_start=start, range_end=start + timedelta(minutes=1),
+                           window_start=start, window_end=start + timedelta(hours=1))  # fmt: skip
+        paths += [f.path for f in manifest]
+    return paths
+
+
+def test_hive_discovery_reads_every_column_typed_and_the_keys_as_strings(layout: LakeLayout, tmp_path: Path) -> None:
+    import duckdb
+    import pyarrow.dataset as ds
+
+    publish_two_windows(layout, tmp_path)
+    table = ds.dataset(layout.root, format="parquet", partitioning="hive").to_table()
+    assert table.schema == LAKE_SCHEMA.append(pa.field("table_name", pa.string())).append(pa.field("window_id", pa.string()))
+    keys = sorted({(r["table_name"], r["window_id"], r["object"]) for r in table.to_pylist()})
+    assert keys == [(t, w, t) for t in ("Orders", "Users") for w in ("20240501T100000Z", "20240501T110000.000250Z")]
+    query = duckdb.sql(f"SELECT * FROM read_parquet('{layout.root}/**/*.parquet', hive_partitioning = true)")
+    types = dict(zip(query.columns, map(str, query.types), strict=True))
+    assert (types["table_name"], types["window_id"], types["window_start"]) == ("VARCHAR", "VARCHAR", "TIMESTAMP WITH TIME ZONE")
+    assert len(query.fetchall()) == table.num_rows == 6
