@@ -15,7 +15,7 @@ from typing import Any
 
 from spanner_cdc.devstack import airflow_env, embedded_pg
 from spanner_cdc.devstack.demo_summary import DemoSummary, summarize
-from spanner_cdc.names import LIVE_NAMESPACE, hourly_dag_id
+from spanner_cdc.names import IMMUTABLE_KEY_RANGE, LIVE_NAMESPACE, hourly_dag_id
 from spanner_cdc.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,8 @@ class DemoOptions:
     workload_seconds: float = 30.0
     # The lake's root when not the demo's own directory (e.g. a bucket); its demo stream is emptied first.
     lake_root: Path | str | None = None
+    # The demo stream's partition_mode; the DAG and its config are the same for both.
+    partition_mode: str = IMMUTABLE_KEY_RANGE
 
 
 @dataclass(frozen=True)
@@ -124,13 +126,13 @@ def _ceil_hour(value: dt.datetime) -> dt.datetime:
     return floor if floor == value else floor + HOUR
 
 
-def _create_demo_database(server: Any) -> Any:
+def _create_demo_database(server: Any, partition_mode: str) -> Any:
     """The demo database and its change stream on the local server."""
     from spanner_cdc.devstack import workload
     from spanner_cdc.devstack.spanner_server import create_database
 
     database = create_database(server.host, "local-project", "local-instance", DATABASE)
-    workload.setup_database(database, "GOOGLE_STANDARD_SQL", CHANGE_STREAM, "OLD_AND_NEW_VALUES")
+    workload.setup_database(database, "GOOGLE_STANDARD_SQL", CHANGE_STREAM, "OLD_AND_NEW_VALUES", partition_mode)
     return database
 
 
@@ -176,7 +178,7 @@ def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSu
     _say(echo, f"2/5 local Spanner server, clock from {clock_start:%Y-%m-%d %H:%M} UTC at {rate:.0f}x real time")
     with LocalSpanner(data_dir=paths.spanner, clock_start=clock_start, clock_rate=rate,
                       log_path=paths.logs / "local-spanner.log") as server:
-        database = _create_demo_database(server)
+        database = _create_demo_database(server, options.partition_mode)
         first = _ceil_hour(_server_now(server))  # the first whole hour with the stream in place
         windows = [(first + k * HOUR, first + (k + 1) * HOUR) for k in range(options.hours)]
         _wait_for_server_time(server, first, rate)

@@ -28,6 +28,7 @@ from spanner_cdc.devstack.workload_schema import (
     random_value,
 )
 from spanner_cdc.errors import ConfigError, SpannerCdcError
+from spanner_cdc.names import IMMUTABLE_KEY_RANGE
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +98,13 @@ class _Write:
     values: list[Any] = field(default_factory=list)
 
 
-def setup_database(database: Any, dialect: str, stream: str, value_capture_type: str = "OLD_AND_NEW_VALUES") -> None:
+def setup_database(
+    database: Any, dialect: str, stream: str, value_capture_type: str = "OLD_AND_NEW_VALUES",
+    partition_mode: str = IMMUTABLE_KEY_RANGE,
+) -> None:  # fmt: skip
     """Create `database` if missing (a client Database made with the matching dialect), then its tables and
-    the change stream `stream` FOR ALL."""
-    statements = ddl_statements(dialect, stream, value_capture_type)
+    the change stream `stream` FOR ALL in `partition_mode`."""
+    statements = ddl_statements(dialect, stream, value_capture_type, partition_mode)
     if not database.exists():
         database.create().result(120)
     database.update_ddl(statements).result(120)
@@ -408,6 +412,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--stream", help="change stream created by --setup (default workload_stream)")
     parser.add_argument("--value-capture-type", default="OLD_AND_NEW_VALUES", help="of the stream created by --setup")
+    parser.add_argument("--partition-mode", default=IMMUTABLE_KEY_RANGE,
+                        help="of the stream created by --setup: IMMUTABLE_KEY_RANGE (default) or MUTABLE_KEY_RANGE")
     parser.add_argument("--transactions", type=int, required=True, help="how many transactions to commit")
     parser.add_argument("--rate", type=float, help="transactions per second (default: as fast as possible)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -443,7 +449,7 @@ def _run_cli(args: argparse.Namespace) -> int:
     if args.setup:
         if not instance.exists():
             instance.create().result(120)
-        setup_database(database, dialect, settings.stream or "workload_stream", args.value_capture_type)
+        setup_database(database, dialect, settings.stream or "workload_stream", args.value_capture_type, args.partition_mode)
     elif not database.exists():
         raise ConfigError("--database", settings.database, "an existing database on the server (or pass --setup)")
     stats = run_workload(

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.names import VALUE_CAPTURE_TYPES
+from spanner_cdc.names import IMMUTABLE_KEY_RANGE, PARTITION_MODES, VALUE_CAPTURE_TYPES
 
 GOOGLE_STANDARD_SQL, POSTGRESQL = "GOOGLE_STANDARD_SQL", "POSTGRESQL"
 _GSQL_TYPES = {"STRING": "STRING(MAX)", "BYTES": "BYTES(MAX)", "ARRAY<STRING>": "ARRAY<STRING(MAX)>"}
@@ -92,10 +92,18 @@ TABLES: tuple[Table, ...] = (
 TABLES_BY_NAME = {t.name: t for t in TABLES}
 
 
-def ddl_statements(dialect: str, stream: str, value_capture_type: str = "OLD_AND_NEW_VALUES") -> list[str]:
+def ddl_statements(
+    dialect: str, stream: str, value_capture_type: str = "OLD_AND_NEW_VALUES", partition_mode: str = IMMUTABLE_KEY_RANGE
+) -> list[str]:
     """CREATE TABLE for the workload's tables and CREATE CHANGE STREAM `stream` FOR ALL."""
     if value_capture_type not in VALUE_CAPTURE_TYPES:
         raise ConfigError("value_capture_type", value_capture_type, " | ".join(VALUE_CAPTURE_TYPES))
+    if partition_mode not in PARTITION_MODES:
+        raise ConfigError("partition_mode", partition_mode, " | ".join(PARTITION_MODES))
+    # the default mode is left unsaid, as most streams do
+    options = f"value_capture_type = '{value_capture_type}'" + (
+        f", partition_mode = '{partition_mode}'" if partition_mode != IMMUTABLE_KEY_RANGE else ""
+    )
     if dialect == GOOGLE_STANDARD_SQL:
         statements = [
             f"CREATE TABLE {t.name} ("
@@ -108,7 +116,7 @@ def ddl_statements(dialect: str, stream: str, value_capture_type: str = "OLD_AND
         ]
         return [
             *statements,
-            f"CREATE CHANGE STREAM {stream} FOR ALL OPTIONS (value_capture_type = '{value_capture_type}')",
+            f"CREATE CHANGE STREAM {stream} FOR ALL OPTIONS ({options})",
         ]
     if dialect == POSTGRESQL:
         statements = [
@@ -122,7 +130,7 @@ def ddl_statements(dialect: str, stream: str, value_capture_type: str = "OLD_AND
         ]
         return [
             *statements,
-            f"CREATE CHANGE STREAM {stream} FOR ALL WITH (value_capture_type = '{value_capture_type}')",
+            f"CREATE CHANGE STREAM {stream} FOR ALL WITH ({options})",
         ]
     raise ConfigError("dialect", dialect, f"{GOOGLE_STANDARD_SQL} or {POSTGRESQL}")
 

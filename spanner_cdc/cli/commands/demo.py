@@ -21,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo.add_argument("--seed", type=int, default=7, help="seed of the workload (default 7)")
     demo.add_argument("--workload-seconds", type=float, default=30.0,
                       help="real seconds the workload takes; the clock is sped up to fit the hours in (default 30)")
+    demo.add_argument("--partition-mode", default="IMMUTABLE_KEY_RANGE",
+                      help="partition_mode of the demo's change stream: IMMUTABLE_KEY_RANGE (default; partitions split "
+                      "and merge) or MUTABLE_KEY_RANGE (long-lived partitions, key ranges move between them)")
     demo.add_argument("--home", help="where the embedded services keep their data (default .local)")
     demo.add_argument("--spark-master", help="Spark master for the extract jobs (default local[*])")
     demo.add_argument(
@@ -47,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_demo(args: argparse.Namespace) -> int:
     from spanner_cdc.devstack.demo import DemoOptions, demo
     from spanner_cdc.errors import UsageError
+    from spanner_cdc.names import PARTITION_MODES
     from spanner_cdc.settings import load_settings, output_root
 
     if not 1 <= args.hours <= 24:
@@ -55,11 +59,14 @@ def run_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--transactions {args.transactions}: expected at least 10")
     if not 5 <= args.workload_seconds <= 3600:
         raise UsageError(f"--workload-seconds {args.workload_seconds}: expected 5 to 3600")
+    if args.partition_mode not in PARTITION_MODES:
+        raise UsageError(f"--partition-mode {args.partition_mode}: expected {' or '.join(PARTITION_MODES)}")
     settings = load_settings({"home": args.home, "spark_master": args.spark_master})
     lake_root = output_root("--output-root", args.output_root) if args.output_root is not None else None
     options = DemoOptions(
         hours=args.hours, transactions=args.transactions, seed=args.seed, workload_seconds=args.workload_seconds,
         lake_root=lake_root,
+        partition_mode=args.partition_mode,
     )
     summary = demo(settings, options, echo=None if args.json else print)
     print(summary.to_json_text() if args.json else summary.render())

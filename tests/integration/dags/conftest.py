@@ -19,6 +19,8 @@ from spanner_cdc.settings import Settings
 HOUR = dt.timedelta(hours=1)
 PROJECT, INSTANCE, DATABASE = "local-project", "local-instance", "e2e"
 STREAM_NAME, CHANGE_STREAM = "orders", "orders_stream"
+# a second stream over the same tables in MUTABLE_KEY_RANGE partition mode: its config says nothing about the mode
+MUTABLE_NAME, MUTABLE_STREAM = "moving", "moving_stream"
 
 
 @dataclass
@@ -64,6 +66,12 @@ def write_config(path: Path, start: dt.datetime) -> None:
         # Two waves are fewer than the lineage changes of an hour on the local server (a split or merge
         # every 20 minutes): windows are left open and the next run's catch_up must finish them.
         "waves = 2\n"
+        f"[streams.{MUTABLE_NAME}]\n"
+        f'project = "{PROJECT}"\ninstance = "{INSTANCE}"\ndatabase = "{DATABASE}"\n'
+        f'change_stream = "{MUTABLE_STREAM}"\n'
+        f"start_date = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}\ncatchup = false\n"
+        # enough waves for the partitions a window's moves start (each wave reads those the previous one announced)
+        "waves = 6\n"
     )
 
 

@@ -20,6 +20,8 @@ from tests.integration.dags.conftest import (
     DATABASE,
     HOUR,
     INSTANCE,
+    MUTABLE_NAME,
+    MUTABLE_STREAM,
     PROJECT,
     STREAM_NAME,
     Stack,
@@ -29,6 +31,7 @@ from tests.integration.dags.conftest import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(170)]
 
 HOURLY = f"spanner_cdc_hourly__{STREAM_NAME}"
+MUTABLE_HOURLY = f"spanner_cdc_hourly__{MUTABLE_NAME}"
 WORKLOAD_SECONDS = 12.0
 
 
@@ -69,6 +72,7 @@ def history(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     with LocalSpanner(data_dir=data, clock_start=clock_start, clock_rate=rate, log_path=data / "server.log") as server:
         database = create_database(server.host, PROJECT, INSTANCE, DATABASE)
         workload.setup_database(database, "GOOGLE_STANDARD_SQL", CHANGE_STREAM, "OLD_AND_NEW_VALUES")
+        database.update_ddl([f"CREATE CHANGE STREAM {MUTABLE_STREAM} FOR ALL OPTIONS (partition_mode = 'MUTABLE_KEY_RANGE')"]).result(120)
         now = _server_now(server)
         first = now.replace(minute=0, second=0, microsecond=0) + HOUR
         windows = [(first, first + HOUR), (first + HOUR, first + 2 * HOUR)]
@@ -106,9 +110,19 @@ def _lineage_snapshot(url: str, namespace: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def hourly_runs(stack: Stack, history: History) -> list[dict[str, Any]]:
-    job = {"dag_id": HOURLY, "windows": [[s.isoformat(), e.isoformat()] for s, e in history.runs]}
-    return stack.run([job], "hourly")
+def all_hourly_runs(stack: Stack, history: History) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The hourly runs of both streams in one child process: (orders: the three runs, moving: the two windows)."""
+    jobs = [
+        {"dag_id": HOURLY, "windows": [[s.isoformat(), e.isoformat()] for s, e in history.runs]},
+        {"dag_id": MUTABLE_HOURLY, "windows": [[s.isoformat(), e.isoformat()] for s, e in history.windows]},
+    ]
+    runs = stack.run(jobs, "hourly")
+    return runs[: len(history.runs)], runs[len(history.runs) :]
+
+
+@pytest.fixture(scope="module")
+def hourly_runs(all_hourly_runs: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return all_hourly_runs[0]
 
 
 def _rows_in(files: list[str], start: dt.datetime, end: dt.datetime) -> list[Any]:
@@ -153,6 +167,34 @@ def test_two_hourly_windows_through_a_split_and_a_merge_land_the_ground_truth(
     left_open = [i for i, run in enumerate(hourly_runs[:2]) if run["tasks"]["close"] == "skipped"]
     assert left_open, "every window closed in its own run: the catch_up path was not exercised"
     assert all(hourly_runs[i + 1]["tasks"]["catch_up"] == "success" for i in left_open)
+
+
+def test_the_same_dag_reads_a_mutable_key_range_stream_with_no_setting_for_the_mode(
+    stack: Stack, history: History, all_hourly_runs: tuple[list[dict[str, Any]], list[dict[str, Any]]]
+) -> None:
+    """A second stream over the same tables in MUTABLE_KEY_RANGE mode (its config names no mode): the same
+    hourly DAG lands the same changes, its partitions are long-lived and key range moves are kept as edges."""
+    import sqlalchemy as sa
+
+    runs = all_hourly_runs[1]
+    assert [(run["dag_id"], run["state"]) for run in runs] == [(MUTABLE_HOURLY, "success")] * 2, stack.log_path("hourly")
+    with MetadataStore.connect(stack.lineage_url) as store:
+        lineage = store.get_lineage(MUTABLE_STREAM, "live")
+        states = {(w.start, w.end): w.state for w in store.windows(lineage.id)}
+        partitions = store.partitions(lineage.id)
+    assert [states.get(window) for window in history.windows] == ["COMPLETE", "COMPLETE"]
+    assert partitions and all(not p.parents for p in partitions)
+    with sa.create_engine(stack.lineage_url).connect() as conn:
+        moved_at = conn.execute(
+            sa.text("SELECT moved_at FROM cdc_partition_moves WHERE lineage_id = :id"), {"id": lineage.id}
+        ).scalars().all()
+    start, end = history.windows[0][0], history.windows[-1][1]
+    assert any(start <= at < end for at in moved_at), "no key range moved during the windows"
+    expected, _ = truth_identities(history.ground_truth, start, end)
+    files = published_files(stack.lake / MUTABLE_STREAM / "live")
+    assert Counter(_rows_in(files, start, end)) == Counter(expected)
+    uuids = lake_uuids(files)
+    assert len(uuids) == len(set(uuids))
 
 
 def _asset_events(stack: Stack) -> list[dict[str, Any]]:
@@ -243,7 +285,7 @@ def test_bad_backfill_forms_are_refused_with_a_clear_message(stack: Stack, histo
         assert "backfill refused: invalid start='yesterday': expected an ISO 8601 date-time" in log
     # The form itself (JSON schema of the Params) refuses an unknown stream and a heartbeat out of range.
     assert results["unknown stream"]["state"] == "refused"
-    assert "'nope' is not one of ['orders']" in results["unknown stream"]["error"]
+    assert "'nope' is not one of ['moving', 'orders']" in results["unknown stream"]["error"]
     assert results["heartbeat"]["state"] == "refused"
     assert "10 is less than the minimum of 1000" in results["heartbeat"]["error"]
     with MetadataStore.connect(stack.lineage_url) as store:
