@@ -65,8 +65,9 @@ def write_config(path: Path, start: dt.datetime) -> None:
         f"[streams.{STREAM_NAME}]\n"
         f'project = "{PROJECT}"\ninstance = "{INSTANCE}"\ndatabase = "campaign"\n'
         f'change_stream = "{CHANGE_STREAM}"\ndialect = "GOOGLE_STANDARD_SQL"\n'
-        # catchup from the window's start: the scheduler itself creates the run of the past hour
-        f"start_date = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}\ncatchup = true\nwaves = 6\n"
+        # catchup from the window's start: the scheduler itself creates the run of the past hour; the hour's lineage is
+        # up to 8 generations deep (the server splits and merges every few minutes of its time), so the run has 10 waves
+        f"start_date = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}\ncatchup = true\nwaves = 10\n"
     )
 
 

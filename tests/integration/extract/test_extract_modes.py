@@ -64,7 +64,7 @@ def test_standalone_cluster_through_spark_submit(
     ]  # fmt: skip
     env = subprocess_env(settings, PYSPARK_PYTHON=sys.executable, SPARK_HOME=str(spark_home()))
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     # spark-submit merges the driver's stderr (log lines) into its stdout: take the JSON object out of it
     summary, _ = json.JSONDecoder().raw_decode(done.stdout[done.stdout.index("{\n") :])
     check_lake(settings, work, summary)
@@ -82,5 +82,5 @@ def test_spark_connect_through_the_cli(
     # this run hands the lake rows to Spark's own Parquet writer; the others write with pyarrow on the executor
     env = subprocess_env(settings, **{WRITER_ENV: "spark"})
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     check_lake(settings, work, json.loads(done.stdout))
