@@ -61,3 +61,7 @@ def current_state_asset_name(stream_name: str) -> str:
 def short_token(token: str, width: int = 10) -> str:
     """Tokens are long opaque strings whose tails tell partitions apart: the tail, marked with … when cut."""
     return token if len(token) <= width else "…" + token[-width:]
+
+# pyspark marks a process that once made a Connect session with SPARK_CONNECT_MODE_ENABLED in os.environ, and a child
+# process inherits it; SPARK_REMOTE, if a user exported it, points the same way. The project's spark_master decides.
+SPARK_CONNECT_MARKERS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")

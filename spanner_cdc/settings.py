@@ -237,7 +237,8 @@ SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url"
 
 def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:
     """This process's environment with SPANNER_CDC_* replaced so a `spanner-cdc` subprocess uses `settings`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    # nor pyspark's Connect markers of this process (a spark-submit child on a standalone master failed with them)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX) and k not in names.SPARK_CONNECT_MARKERS}
     for name in SUBPROCESS_FIELDS:
         env[ENV_PREFIX + name.upper()] = str(getattr(settings, name))
     env["SPANNER_EMULATOR_HOST"] = str(settings.emulator_host)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from spanner_cdc import names
 from spanner_cdc.errors import ConfigError, SparkStartError
 from spanner_cdc.masking import mask_spark_master
 
@@ -194,10 +195,9 @@ def check_java(master: str) -> None:
                               "install a Java 17 runtime or set JAVA_HOME to one")  # fmt: skip
 
 
-# pyspark marks a process that once made a Connect session with SPARK_CONNECT_MODE_ENABLED in os.environ, and a child
-# process inherits it; SPARK_REMOTE, if a user exported it, points the same way. Either makes the classic builder refuse
-# (CONNECT_URL_NOT_SET) or connect somewhere else, although the master asked for a local or standalone driver.
-CONNECT_MARKERS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+# Either marker makes the classic builder refuse (CONNECT_URL_NOT_SET) or connect somewhere else, although the master
+# asked for a local or standalone driver.
+CONNECT_MARKERS = names.SPARK_CONNECT_MARKERS
 
 
 @contextmanager

@@ -146,3 +146,14 @@ def test_the_iceberg_catalog_is_off_store_or_a_catalog_url() -> None:
     assert "secret" not in str(caught.value) and "--iceberg-catalog='https://***'" in str(caught.value)
     with pytest.raises(ConfigError, match=r"SPANNER_CDC_ICEBERG_CATALOG='glue'.*off, store"):
         load_settings(env={"SPANNER_CDC_ICEBERG_CATALOG": "glue"})
+
+
+def test_a_subprocess_does_not_inherit_pyspark_connect_markers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spark-submit child on a standalone master failed when it inherited this process's Connect marker."""
+    from spanner_cdc.settings import Settings, subprocess_env
+
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    monkeypatch.setenv("SPARK_REMOTE", "sc://elsewhere:15002")
+    env = subprocess_env(Settings(spark_master="spark://127.0.0.1:7077"))
+    assert "SPARK_CONNECT_MODE_ENABLED" not in env and "SPARK_REMOTE" not in env
+    assert env["SPANNER_CDC_SPARK_MASTER"] == "spark://127.0.0.1:7077"
