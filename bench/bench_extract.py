@@ -19,6 +19,7 @@ from bench.extract_support import (
     INSTANCE,
     PROJECT,
     STREAM,
+    bench_store,
     bulk_rows,
     extract_with_memory,
     mib,
@@ -239,28 +240,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.windows_worker:
         return run_windows_worker([(datetime.fromisoformat(s), datetime.fromisoformat(e)) for s, e in json.loads(args.windows_worker)])
     skip = set(filter(None, args.skip.split(",")))
-    from spanner_cdc.devstack.embedded_pg import ensure_running
-    from spanner_cdc.store import MetadataStore
-
     with tempfile.TemporaryDirectory(prefix="bench-extract-") as name:
         tmp = Path(name)
-        postgres = ensure_running(tmp / "postgres")
-        try:
-            url = postgres.create_database("bench")
-            with MetadataStore.connect(url) as store:
-                store.upgrade()
+        with bench_store(tmp) as url:
             base = Settings(project=PROJECT, instance=INSTANCE, stream=STREAM, metadata_url=url, output_root=tmp / "lake",
                             heartbeat_ms=1000, home=tmp / "home")  # fmt: skip
-            rate = None if "rate" in skip else bench_rate(base, args.transactions, args.rounds, tmp)
-            modes = [m for m in args.modes.split(",") if m]
-            overhead = [] if "overhead" in skip else bench_overhead(base, args.tokens, args.small_transactions, modes, tmp)
-            sizes = [int(s) for s in args.memory_rows.split(",") if s]
-            memory = [] if "memory" in skip else bench_memory(base, sizes, tmp)
-        finally:
-            from spanner_cdc.spark.session import stop_sessions
+            try:
+                rate = None if "rate" in skip else bench_rate(base, args.transactions, args.rounds, tmp)
+                modes = [m for m in args.modes.split(",") if m]
+                overhead = [] if "overhead" in skip else bench_overhead(base, args.tokens, args.small_transactions, modes, tmp)
+                sizes = [int(s) for s in args.memory_rows.split(",") if s]
+                memory = [] if "memory" in skip else bench_memory(base, sizes, tmp)
+            finally:
+                from spanner_cdc.spark.session import stop_sessions
 
-            stop_sessions()
-            postgres.stop()
+                stop_sessions()
     report(rate, overhead, memory)
     return 0
 

@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from bench.extract_support import INSTANCE, PROJECT, STREAM, new_database, policy_args, window_after, write_orders
+from bench.extract_support import (
+    INSTANCE,
+    PROJECT,
+    STREAM,
+    bench_store,
+    new_database,
+    policy_args,
+    window_after,
+    write_orders,
+)
 from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.extract.token import FAILPOINT_ENV, LEASE_ENV, LIVENESS_ENV
 from spanner_cdc.lake.layout import LakeLayout
@@ -94,24 +103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per mode; medians are reported (default 2)")
     args = parser.parse_args(argv)
-    from spanner_cdc.devstack.embedded_pg import ensure_running
     from spanner_cdc.devstack.spark_cluster import ConnectServer
-    from spanner_cdc.store import MetadataStore
 
     with tempfile.TemporaryDirectory(prefix="bench-recovery-") as name:
         tmp = Path(name)
-        postgres = ensure_running(tmp / "postgres")
-        try:
-            url = postgres.create_database("bench")
-            with MetadataStore.connect(url) as store:
-                store.upgrade()
+        with bench_store(tmp) as url:
             # one Spark Connect server for every run: a JVM start per process would swamp the difference
             with ConnectServer(master="local[2]", work_dir=tmp / "connect") as connect:
                 base = Settings(project=PROJECT, instance=INSTANCE, stream=STREAM, metadata_url=url, output_root=tmp / "lake",
                                 heartbeat_ms=1000, home=tmp / "home", spark_master=connect.url, concurrency=2)  # fmt: skip
                 results = measure(base, args.rounds, tmp)
-        finally:
-            postgres.stop()
     report(results, "Spark Connect, local[2]")
     return 0
 

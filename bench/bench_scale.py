@@ -18,6 +18,7 @@ from bench.extract_support import (
     INSTANCE,
     PROJECT,
     STREAM,
+    bench_store,
     extract_with_memory,
     mib,
     new_database,
@@ -89,21 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--transactions", type=int, default=2000, help="transactions (2 records each) spread over the partitions")
     parser.add_argument("--rounds", type=int, default=1, help="extracts of the window, each into its own namespace")
     args = parser.parse_args(argv)
-    from spanner_cdc.devstack.embedded_pg import ensure_running
-    from spanner_cdc.store import MetadataStore
-
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as name:
         tmp = Path(name)
-        postgres = ensure_running(tmp / "postgres")
-        try:
-            url = postgres.create_database("bench")
-            with MetadataStore.connect(url) as store:
-                store.upgrade()
+        with bench_store(tmp) as url:
             base = Settings(project=PROJECT, instance=INSTANCE, stream=STREAM, metadata_url=url, output_root=tmp / "lake",
                             heartbeat_ms=1000, home=tmp / "home", concurrency=4)  # fmt: skip
             results = bench_scale(base, args.partitions, args.transactions, args.rounds, tmp)
-        finally:
-            postgres.stop()
     report(results)
     return 0
 

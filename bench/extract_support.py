@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,6 +18,23 @@ from typing import Any
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from spanner_cdc.settings import Settings, subprocess_env
+
+
+@contextmanager
+def bench_store(tmp: Path) -> Iterator[str]:
+    """An embedded Postgres under `tmp` holding a migrated metadata store: its URL, for the run."""
+    from spanner_cdc.devstack.embedded_pg import ensure_running
+    from spanner_cdc.store import MetadataStore
+
+    postgres = ensure_running(tmp / "postgres")
+    try:
+        url = postgres.create_database("bench")
+        with MetadataStore.connect(url) as store:
+            store.upgrade()
+        yield url
+    finally:
+        postgres.stop()
+
 
 PROJECT, INSTANCE = "bench-project", "bench-instance"
 STREAM = "Everything"
