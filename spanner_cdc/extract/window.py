@@ -18,6 +18,7 @@ from spanner_cdc.extract.planning import check_retention, effective_start, root_
 from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims, lease_duration, liveness_enabled
 from spanner_cdc.extract.wave import extract_wave
 from spanner_cdc.lake import storage
+from spanner_cdc.lake.check import driver_rows, driver_transaction_check
 from spanner_cdc.lake.iceberg import land_window
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
 from spanner_cdc.lake.markers import write_marker
@@ -27,6 +28,7 @@ from spanner_cdc.names import LIVE_READ_METHOD, READ_METHODS, short_token
 if TYPE_CHECKING:
     from spanner_cdc.settings import Settings
     from spanner_cdc.store import MetadataStore
+    from spanner_cdc.store.models import ManifestFile
 
 log = logging.getLogger(__name__)
 
@@ -350,14 +352,8 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
         return summary
     # A token that fell behind lands older commits with a later window's files: check the window's
     # transactions in every file whose range overlaps it, whatever window extracted it.
-    overlapping = [
-        f.path for f in store.manifest(lineage_id) if f.range_start <= inclusive_end(end) and f.range_end >= start
-    ]
-    from spanner_cdc.spark.check import transaction_check
-    from spanner_cdc.spark.session import spark_session
-
-    # counted by Spark where the files are: the driver's memory stays flat in the window's size
-    check = transaction_check(spark_session(settings), overlapping, window_start=start, window_end=end)
+    overlapping = [f for f in store.manifest(lineage_id) if f.range_start <= inclusive_end(end) and f.range_end >= start]
+    check = _transaction_check(settings, overlapping, start, end)
     summary.transaction_check = check
     if not check["ok"]:
         raise ExtractError(
@@ -378,6 +374,20 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
         stream, start.isoformat(), end.isoformat(), summary.records, summary.files, check["transactions"],
     )  # fmt: skip
     return summary
+
+
+def _transaction_check(settings: Settings, files: Sequence[ManifestFile], start: datetime, end: datetime) -> dict[str, Any]:
+    """The check of the files overlapping the window: read in this process when the manifest says they are
+    small (no Spark job, which costs more than the reading), counted by Spark where they are otherwise, so
+    the driver's memory stays bounded whatever the window's size."""
+    paths, rows = [f.path for f in files], sum(f.rows for f in files)
+    if rows <= driver_rows():
+        return driver_transaction_check(paths, window_start=start, window_end=end)
+    from spanner_cdc.spark.check import transaction_check
+    from spanner_cdc.spark.session import spark_session
+
+    log.info("%s: checking %d rows in %d files with Spark", settings.stream, rows, len(paths))
+    return transaction_check(spark_session(settings), paths, window_start=start, window_end=end)
 
 
 def _held_elsewhere(store: MetadataStore, lineage_id: int, end: datetime) -> list[str]:
@@ -420,7 +430,7 @@ def run_window(
 ) -> WindowSummary:
     """Plan, then waves of ready tokens (children born in the window join later waves), then close."""
     started = time.monotonic()
-    lease_duration(), liveness_enabled()  # a bad setting stops the run before it changes anything
+    lease_duration(), liveness_enabled(), driver_rows()  # a bad setting stops the run before it changes anything
     plan = plan_window(settings, window_start, window_end, read_method=read_method)
     start, end = plan.window_start, plan.window_end
     tasks, waves, extracted, records = plan.ready, 0, 0, 0

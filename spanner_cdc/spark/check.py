@@ -1,4 +1,4 @@
-"""The window's transaction check as Spark aggregations: only counts and a few examples reach the driver."""
+"""The window's transaction check as Spark aggregations, for windows too large for the driver: only counts and a few examples reach it."""
 
 from __future__ import annotations
 
@@ -9,15 +9,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spanner_cdc.lake import storage
+from spanner_cdc.lake.check import CHECKED, MAX_LISTED, empty_check, read_checked
 from spanner_cdc.lake.columns import LAKE_SCHEMA, spark_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-MAX_LISTED = 20
-# what the check reads of each file
-CHECKED_COLUMNS = ("uuid", "commit_timestamp", "server_transaction_id", "record_sequence", "number_of_records_in_transaction")
-CHECKED = pa.schema([LAKE_SCHEMA.field(name) for name in CHECKED_COLUMNS])
+__all__ = ["MAX_LISTED", "read_checked_columns", "transaction_check"]
 
 
 def _lake_frame(spark: SparkSession, paths: Sequence[str]) -> Any:
@@ -31,12 +29,9 @@ def _lake_frame(spark: SparkSession, paths: Sequence[str]) -> Any:
 
 def read_checked_columns(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Executor side of `_lake_frame`: the checked columns of each listed file, read through the lake's storage."""
-    import pyarrow.parquet as pq
-
     for batch in batches:
         for path in batch.column("path").to_pylist():
-            with storage.filesystem(path).open(storage.bare(path), "rb") as handle:
-                yield from pq.read_table(handle, columns=CHECKED.names).to_batches()
+            yield from read_checked(path).to_batches()
 
 
 def transaction_check(spark: SparkSession, paths: Sequence[str], *, window_start: datetime, window_end: datetime) -> dict[str, Any]:
@@ -50,8 +45,7 @@ def transaction_check(spark: SparkSession, paths: Sequence[str], *, window_start
     from pyspark.sql import functions as F
 
     if not paths:
-        return {"ok": True, "transactions": 0, "rows": 0, "mismatched": 0, "duplicate_rows": 0,
-                "outside_window_rows": 0, "examples": []}  # fmt: skip
+        return empty_check()
     frame = _lake_frame(spark, paths)
     inside = (F.col("commit_timestamp") >= F.lit(window_start)) & (F.col("commit_timestamp") < F.lit(window_end))
     totals = frame.agg(

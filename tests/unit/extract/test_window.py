@@ -17,6 +17,7 @@ from spanner_cdc.errors import ConfigError, ExtractError, RetentionError, Source
 from spanner_cdc.extract import token as extract
 from spanner_cdc.extract import window as pipeline
 from spanner_cdc.extract.planning import check_retention, effective_start
+from spanner_cdc.settings import Settings
 from spanner_cdc.store.models import Claim
 from spanner_cdc.times import spelled_duration as human
 
@@ -197,3 +198,21 @@ def test_lease_keeper_renews_every_held_claim_in_one_call_and_drops_the_lost_one
         assert store.twice.wait(timeout=30)
     # one call per round for all three; b's lease was lost, so the next round renews only a and c
     assert store.calls[0] == ["a", "b", "c"] and store.calls[1] == ["a", "c"]
+
+
+def test_the_close_checks_a_small_window_in_the_driver_and_a_large_one_with_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spanner_cdc.lake.check import DRIVER_ROWS_ENV
+    from spanner_cdc.spark import check as spark_check
+    from spanner_cdc.spark import session
+    from spanner_cdc.store.models import ManifestFile
+
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(pipeline, "driver_transaction_check", lambda paths, **_: calls.append(("driver", list(paths))) or {})
+    monkeypatch.setattr(spark_check, "transaction_check", lambda spark, paths, **_: calls.append((spark, list(paths))) or {})
+    monkeypatch.setattr(session, "spark_session", lambda settings: "spark")
+    files = [ManifestFile(f"f{n}", "t", S, E, S, E, rows, 1) for n, rows in enumerate((3, 4))]
+    monkeypatch.setenv(DRIVER_ROWS_ENV, "7")  # the manifest's counts, 7 rows in all, are what decides
+    pipeline._transaction_check(Settings(stream="cs"), files, S, E)
+    monkeypatch.setenv(DRIVER_ROWS_ENV, "6")
+    pipeline._transaction_check(Settings(stream="cs"), files, S, E)
+    assert calls == [("driver", ["f0", "f1"]), ("spark", ["f0", "f1"])]
