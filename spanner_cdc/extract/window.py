@@ -38,6 +38,7 @@ __all__ = [
     "WindowPlan",
     "WindowSummary",
     "Progress",
+    "RunSource",
     "close_window",
     "extract_tokens",
     "plan_window",
@@ -118,6 +119,25 @@ class Progress:
 ProgressCallback = Callable[[Progress], None]
 
 
+class RunSource:
+    """The database of one run and what is asked of it once: a client (with its session thread) and the
+    dialect and partition mode per run (run_window, catch_up), not per wave."""
+
+    def __init__(self, settings: Settings) -> None:
+        from spanner_cdc.source.client import detect_dialect, open_database
+
+        self.database = open_database(settings)
+        self.dialect = detect_dialect(self.database, settings.dialect)
+        self._modes: dict[str, str] = {}
+
+    def partition_mode(self, stream: str) -> str:
+        from spanner_cdc.source.partition_mode import detect_partition_mode
+
+        if stream not in self._modes:
+            self._modes[stream] = detect_partition_mode(self.database, stream, self.dialect)
+        return self._modes[stream]
+
+
 def _utc(value: datetime, name: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise UsageError(f"{name} {value.isoformat()} has no time zone: give it with Z or an offset")
@@ -164,16 +184,21 @@ def _tasks(store: MetadataStore, lineage_id: int, window_end: datetime) -> list[
 
 
 def plan_window(
-    settings: Settings, window_start: datetime, window_end: datetime, *, read_method: str = LIVE_READ_METHOD
+    settings: Settings,
+    window_start: datetime,
+    window_end: datetime,
+    *,
+    read_method: str = LIVE_READ_METHOD,
+    source: RunSource | None = None,
 ) -> WindowPlan:
     """Check retention, bootstrap the lineage if new, release dead workers' leases, list the ready tokens."""
-    from spanner_cdc.source.client import detect_dialect, open_database, stream_metadata
+    from spanner_cdc.source.client import stream_metadata
 
     start, end = _window(window_start, window_end)
     stream, _ = _stream(settings), _read_method(read_method)
     check_output_root(settings.output_root)
-    database = open_database(settings)
-    dialect = detect_dialect(database, settings.dialect)
+    source = source or RunSource(settings)
+    database, dialect = source.database, source.dialect
     meta = stream_metadata(database, stream, dialect)
     effective = effective_start(stream, meta.created_at, start, end)
     with _store(settings) as store:
@@ -221,16 +246,15 @@ def extract_tokens(
     read_method: str = LIVE_READ_METHOD,
     owner: str | None = None,
     progress: ProgressCallback | None = None,
+    source: RunSource | None = None,
 ) -> list[TokenResult]:
     """Claim exactly these tokens, run their Spark jobs (at most settings.concurrency at once), publish, commit.
 
     With the arrow writer the tokens go in at most settings.concurrency groups, a Spark job and one store
-    transaction per group (`extract/wave.py`).
+    transaction per group (`extract/wave.py`). `source` is the run's database (opened here without one).
 
     Tokens that cannot be claimed (finished, read to the window end, or leased by a live worker) are skipped.
     """
-    from spanner_cdc.source.client import detect_dialect, open_database
-    from spanner_cdc.source.partition_mode import detect_partition_mode
     from spanner_cdc.spark.session import spark_session
 
     start, end = _window(window_start, window_end)
@@ -239,9 +263,8 @@ def extract_tokens(
         return []
     lease, liveness = lease_duration(), liveness_enabled()
     # Spark, the dialect and the partition mode first: a JVM start must not eat into the leases of claimed tokens
-    database = open_database(settings)
-    dialect = detect_dialect(database, settings.dialect)
-    partition_mode = detect_partition_mode(database, stream, dialect)
+    source = source or RunSource(settings)
+    dialect, partition_mode = source.dialect, source.partition_mode(stream)
     spark = spark_session(settings)
     with _store(settings) as store:
         lineage = store.get_lineage(stream, settings.namespace)
@@ -427,11 +450,13 @@ def run_window(
     read_method: str = LIVE_READ_METHOD,
     max_waves: int = 20,
     progress: ProgressCallback | None = None,
+    source: RunSource | None = None,
 ) -> WindowSummary:
     """Plan, then waves of ready tokens (children born in the window join later waves), then close."""
     started = time.monotonic()
     lease_duration(), liveness_enabled(), driver_rows()  # a bad setting stops the run before it changes anything
-    plan = plan_window(settings, window_start, window_end, read_method=read_method)
+    source = source or RunSource(settings)
+    plan = plan_window(settings, window_start, window_end, read_method=read_method, source=source)
     start, end = plan.window_start, plan.window_end
     tasks, waves, extracted, records = plan.ready, 0, 0, 0
     owner = _owner()
@@ -450,8 +475,9 @@ def run_window(
                 progress(Progress(wave, done + state.done, state.running, state.waiting, base + state.records, state.failed))
 
         results = extract_tokens(
-            settings, start, end, [t.token for t in tasks], read_method=read_method, owner=owner, progress=wave_progress
-        )
+            settings, start, end, [t.token for t in tasks], read_method=read_method, owner=owner, progress=wave_progress,
+            source=source,
+        )  # fmt: skip
         extracted += len(results)
         records += sum(r.records for r in results)
         if not results:
@@ -484,9 +510,10 @@ def catch_up(
             return []  # a new lineage: nothing was left open
         left_open = sorted((w.start, w.end) for w in store.windows(lineage.id) if w.state != "COMPLETE" and w.end <= before)
     summaries = []
+    source = RunSource(settings) if left_open else None
     for start, end in left_open:
         log.info("%s: window [%s, %s) was left open by an earlier run: finishing it first", settings.stream, start, end)
-        summary = run_window(settings, start, end, read_method=read_method, max_waves=max_waves)
+        summary = run_window(settings, start, end, read_method=read_method, max_waves=max_waves, source=source)
         if not summary.complete:
             raise ExtractError(
                 f"{settings.stream}: the earlier window [{start.isoformat()}, {end.isoformat()}) is still not complete "

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.extract.token import FAILPOINT_ENV, LEASE_ENV
 from spanner_cdc.extract.window import run_window
+from spanner_cdc.source import client
 from spanner_cdc.store import MetadataStore
 from tests.integration.extract.lake_reading import change_of, published_rows
 from tests.integration.extract.test_extract_crash import extract
@@ -105,9 +106,13 @@ def test_two_windows_with_moves_and_a_crash_land_exactly(
     # process, with the same short lease so it takes the dead run's token over) finishes it
     assert extract(settings, bounds[0], bounds[1], lease="2", **{FAILPOINT_ENV: "after_publish:1"}) == -signal.SIGKILL
     monkeypatch.setenv(LEASE_ENV, "2")
+    opened: list[Any] = []
+    monkeypatch.setattr(client, "open_database", lambda s, real=client.open_database: opened.append(s) or real(s))
     for start, end in zip(bounds, bounds[1:], strict=False):
         summary = run_window(settings, start, end)
         assert summary.complete and summary.transaction_check["ok"]
+    # one Spanner client per run for its plan and all its waves (its plan and each wave opened one, with a session thread)
+    assert len(opened) == 2, opened
 
     rows = published_rows(settings.output_root)
     assert Counter(change_of(r) for r in rows) == Counter(work.expected)
