@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -102,6 +103,8 @@ def run_windows_worker(windows: list[tuple[datetime, datetime]]) -> int:
     from spanner_cdc.spark.session import spark_session, stop_sessions
 
     settings = load_settings({})
+    # the pipeline's INFO lines (wave job and task times) go to stderr, which the spawning bench keeps
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     began = time.perf_counter()
     spark_session(settings)
     out: dict[str, Any] = {"session_s": time.perf_counter() - began, "windows": []}
@@ -114,10 +117,15 @@ def run_windows_worker(windows: list[tuple[datetime, datetime]]) -> int:
     return 0
 
 
-def spawn_windows_worker(settings: Settings, windows: list[tuple[datetime, datetime]], **env: str) -> dict[str, Any]:
+def spawn_windows_worker(
+    settings: Settings, windows: list[tuple[datetime, datetime]], *, log_path: Path | None = None, **env: str
+) -> dict[str, Any]:
+    """run_windows_worker in a fresh process; its log (stderr) is kept at `log_path` if given."""
     spec = json.dumps([[s.isoformat(), e.isoformat()] for s, e in windows])
     command = [sys.executable, "-m", "bench.bench_extract", "--windows-worker", spec]
     done = subprocess.run(command, env=subprocess_env(settings, **env), capture_output=True, text=True, timeout=3600)
+    if log_path is not None:
+        log_path.write_text(done.stderr)
     if done.returncode != 0:
         raise SystemExit(f"windows worker for {settings.spark_master} failed:\n{done.stderr[-3000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -28,7 +28,7 @@ from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
-from spanner_cdc.spark.token_job import run_wave_job
+from spanner_cdc.spark.token_job import TokenOutcome, run_wave_job
 from spanner_cdc.store.models import Claim, Completion
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,10 @@ def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> list[_Landed]:
                  spec.read_from.isoformat(), read_to.isoformat(), len(specs))  # fmt: skip
     by_token = {claim.token: claim for claim in group}
     landed: list[_Landed] = []
-    for outcome in run_wave_job(job.spark, list(specs.values())) if specs else []:
+    began = time.monotonic()
+    outcomes = run_wave_job(job.spark, list(specs.values())) if specs else []
+    _log_job_time(job, outcomes, time.monotonic() - began)
+    for outcome in outcomes:
         claim, spec = by_token[outcome.spec.token], outcome.spec
         try:
             if outcome.error is not None:
@@ -151,6 +154,16 @@ def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> list[_Landed]:
             record_failure(job, claim, exc)
             out.errors.append((claim, exc))
     return landed
+
+
+def _log_job_time(job: ExtractJob, outcomes: Sequence[TokenOutcome], wall_s: float) -> None:
+    """How much of a wave job's time its tasks spent reading and landing (the rest is Spark's: scheduling,
+    starting Python workers), from the executors' own clocks in the control files."""
+    tasks = [o.summary.elapsed_s for o in outcomes if o.summary is not None]
+    if tasks:
+        log.info("%s: a wave job of %d token(s) took %.2fs; its tasks %.2fs in all (longest %.2fs, CPU %.2fs)",
+                 job.stream, len(outcomes), wall_s, sum(tasks), max(tasks),
+                 sum(o.summary.cpu_s for o in outcomes if o.summary is not None))  # fmt: skip
 
 
 def _landed(job: ExtractJob, claim: Claim, spec: TokenJobSpec, summary: ControlSummary, listing: list[dict[str, Any]]) -> _Landed:
