@@ -18,6 +18,7 @@ from typing import Any
 from bench import figures
 from bench.extract_support import (
     INSTANCE,
+    PROFILE_ENV,
     PROJECT,
     STREAM,
     bench_store,
@@ -35,8 +36,10 @@ from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.extract.wave import GROUP_TOKENS_ENV
 from spanner_cdc.lake.check import DRIVER_ROWS_ENV
 from spanner_cdc.settings import Settings
+from spanner_cdc.spark.token_job import TASK_TOKENS_ENV
 
 COMMAND = "python -m bench.bench_extract"
+CONCURRENCY_ENV = "SPANNER_CDC_CONCURRENCY"
 RATE_TARGET = 0.60  # landing rate >= 60% of the bare client's drain rate (issue 6)
 OVERHEAD_TARGET_S = 0.1  # per-token overhead on Spark Connect, 32 tokens amortized (issue 15; issue 6 asked 1.5)
 MEMORY_GROWTH_LIMIT = 1.25  # "flat": 10x the records may cost at most 25% more peak memory
@@ -129,7 +132,9 @@ def _mode_context(mode: str, tmp: Path) -> AbstractContextManager[Any]:
     return nullcontext()
 
 
-def bench_overhead(base: Settings, tokens: int, transactions: int, modes: Sequence[str], tmp: Path) -> list[dict[str, Any]]:
+def bench_overhead(
+    base: Settings, tokens: int, transactions: int, modes: Sequence[str], tmp: Path, *, profile: int = 0, variants: str = "all"
+) -> list[dict[str, Any]]:
     """A window of `tokens` small partitions, extracted in each run mode by a fresh driver process."""
     with LocalSpanner(extra_args=policy_args(tokens), log_path=tmp / "overhead-server.log") as server:
         from spanner_cdc.source.client import stream_metadata
@@ -146,19 +151,25 @@ def bench_overhead(base: Settings, tokens: int, transactions: int, modes: Sequen
         # each mode as it runs (a Spark job per group of a wave's tokens, the close's check in the driver), and
         # Connect also with a job per token (as before waves were grouped) and with the check as a Spark job
         # (as before issue 15's driver check), side by side
-        variants = [("a job per token", {GROUP_TOKENS_ENV: "1"}), ("Spark check", {DRIVER_ROWS_ENV: "0"})]
-        runs = [(mode, mode, {}) for mode in modes] + [(f"connect, {name}", "connect", env) for name, env in variants] * ("connect" in modes)
+        named = [("a job per token", {GROUP_TOKENS_ENV: "1"}), ("Spark check", {DRIVER_ROWS_ENV: "0"}),
+                    ("a task per token", {TASK_TOKENS_ENV: "1"}), ("concurrency 1", {CONCURRENCY_ENV: "1"}),
+                    ("concurrency 2", {CONCURRENCY_ENV: "2"})]
+        runs = [(mode, mode, {PROFILE_ENV: str(profile)}) for mode in modes]
+        chosen = [(n, e) for n, e in named if variants == "all" or n in variants.split(",")]
+        runs += [(f"connect, {name}", "connect", env) for name, env in chosen] * ("connect" in modes)
         for label, mode, env in runs:
             group = env.get(GROUP_TOKENS_ENV, "")
             with _mode_context(mode, tmp) as launched:
                 master = {"local": "local[2]", "standalone": getattr(launched, "master_url", ""), "connect": getattr(launched, "url", "")}[mode]
                 settings = dataclasses.replace(
                     base, database=database.database_id, emulator_host=server.host, spark_master=master,
-                    namespace=f"o_{len(results)}_{mode}_{group or 'wave'}", concurrency=4,
+                    namespace=f"o_{len(results)}_{mode}_{group or 'wave'}", concurrency=int(env.get(CONCURRENCY_ENV, 4)),
                 )  # fmt: skip
                 began = time.perf_counter()
                 log_path = tmp / f"overhead-{len(results)}.log"
                 out = spawn_windows_worker(settings, windows, log_path=log_path, **env)
+                if profile and env.get(PROFILE_ENV):
+                    print(f"[{label}] " + log_path.read_text().partition("cProfile of the last window")[2][:12000])
                 process_s = time.perf_counter() - began
             first, second = out["windows"]
             if not (first["complete"] and second["complete"]):
@@ -210,7 +221,7 @@ def report(rate: dict[str, Any] | None, overhead: list[dict[str, Any]], memory: 
         print(f"  extract landing        {rate['landing']:>10,.0f} records/s")
         print(f"  landing / drain        {rate['ratio']:>10.0%}   per round: {per_round}   target >= {RATE_TARGET:.0%}: {verdict}")
     if overhead:
-        print("\n[per-token overhead] a window of small tokens, fresh driver process per mode, concurrency 4")
+        print("\n[per-token overhead] a window of small tokens, fresh driver process per mode, concurrency 4 unless named")
         print(f"  {'mode':<26} {'tokens':>6} {'window s':>9} {'s/token':>8} {'cold s/token':>13} {'process s':>10} "
               f"{'jobs s':>9} {'tasks s':>9}")  # fmt: skip
         print("  (jobs s: the wave jobs' wall time in both windows; tasks s: their tasks' own reading and landing)")
@@ -221,6 +232,9 @@ def report(rate: dict[str, Any] | None, overhead: list[dict[str, Any]], memory: 
         per_token = [r for r in overhead if r["mode"] == "connect, a job per token"]
         if connect and per_token:
             print(f"  Spark Connect, grouped / a job per token: {per_token[0]['steady_s'] / connect[0]['steady_s']:.2f}x faster (warm window)")
+        per_task = [r for r in overhead if r["mode"] == "connect, a task per token"]
+        if connect and per_task:
+            print(f"  Spark Connect, a few tokens per task / a task per token: {per_task[0]['steady_s'] / connect[0]['steady_s']:.2f}x faster (warm window)")
         spark_check = [r for r in overhead if r["mode"] == "connect, Spark check"]
         if connect and spark_check:
             print(f"  Spark Connect, the close's check in the driver / as a Spark job: {spark_check[0]['steady_s'] / connect[0]['steady_s']:.2f}x faster (warm window)")
@@ -253,6 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=32, help="overhead: partitions in the window")
     parser.add_argument("--small-transactions", type=int, default=96, help="overhead: transactions per window")
     parser.add_argument("--modes", default=",".join(MODES), help="overhead: run modes, comma separated")
+    parser.add_argument("--profile", type=int, default=0, help="overhead: print the driver's N costliest calls (cProfile) of each mode's warm window")
+    parser.add_argument("--variants", default="all", help="overhead: Connect's comparison runs, comma separated names or 'all' or 'none' "
+                        "(a job per token, Spark check, a task per token, concurrency 1, concurrency 2)")
     parser.add_argument("--memory-rows", default="100000,1000000", help="memory: partition sizes in rows, comma separated")
     parser.add_argument("--skip", default="", help="parts to skip: rate, overhead, memory (comma separated)")
     parser.add_argument("--windows-worker", help=argparse.SUPPRESS)
@@ -268,7 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 rate = None if "rate" in skip else bench_rate(base, args.transactions, args.rounds, tmp)
                 modes = [m for m in args.modes.split(",") if m]
-                overhead = [] if "overhead" in skip else bench_overhead(base, args.tokens, args.small_transactions, modes, tmp)
+                overhead = [] if "overhead" in skip else bench_overhead(
+                    base, args.tokens, args.small_transactions, modes, tmp, profile=args.profile, variants=args.variants
+                )
                 sizes = [int(s) for s in args.memory_rows.split(",") if s]
                 memory = [] if "memory" in skip else bench_memory(base, sizes, tmp)
             finally:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import cProfile
+import io
 import json
 import logging
 import os
+import pstats
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -96,6 +99,10 @@ def bulk_rows(database: Any, rows: int, *, per_transaction: int = 500) -> dateti
 
 
 
+# the benchmark's --profile N: the driver's cProfile of the last window, its N costliest calls, in the run's log
+PROFILE_ENV = "SPANNER_CDC_BENCH_PROFILE"
+
+
 def run_windows_worker(windows: list[tuple[datetime, datetime]]) -> int:
     """In a fresh process (one run mode's driver): extract the windows in order, print their timings as JSON."""
     from spanner_cdc.extract.window import run_window
@@ -108,10 +115,17 @@ def run_windows_worker(windows: list[tuple[datetime, datetime]]) -> int:
     began = time.perf_counter()
     spark_session(settings)
     out: dict[str, Any] = {"session_s": time.perf_counter() - began, "windows": []}
-    for start, end in windows:
-        summary = run_window(settings, start, end)
+    profile_top = int(os.environ.get(PROFILE_ENV) or 0)
+    for n, (start, end) in enumerate(windows):
+        profile = cProfile.Profile() if profile_top and n == len(windows) - 1 else None
+        with profile or nullcontext():
+            summary = run_window(settings, start, end)
         out["windows"].append({"elapsed_s": summary.elapsed_s, "tokens": summary.extracted_tokens,
                                "records": summary.records, "complete": summary.complete})  # fmt: skip
+        if profile is not None:
+            text = io.StringIO()
+            pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(profile_top)
+            print(f"cProfile of the last window, driver side:\n{text.getvalue()}", file=sys.stderr)
     stop_sessions()
     print(json.dumps(out))
     return 0

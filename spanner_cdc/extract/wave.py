@@ -82,7 +82,7 @@ def extract_wave(
 ) -> list[TokenResult]:
     """Land the claims in groups, `concurrency` groups at a time; each token is committed or failed on its own.
 
-    A group's tokens are read by one Spark job (a task per token), and those whose files were published are
+    A group's tokens are read by one Spark job (a task per few tokens), and those whose files were published are
     committed in one store transaction (`complete_many`: each still a compare-and-set, a lost claim leaves
     nothing). Raises after all have run if any failed, as `extract_claims` does.
     """

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.errors import ExtractError, NotFound, RetentionError, SourceError, SpannerCdcError
+from spanner_cdc.errors import ConfigError, ExtractError, NotFound, RetentionError, SourceError, SpannerCdcError
 from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
 from spanner_cdc.names import short_token
 from spanner_cdc.spark.control_file import ControlSummary
-from spanner_cdc.spark.datasource import SOURCE_NAME, WAVE_OPTION
+from spanner_cdc.spark.datasource import SOURCE_NAME, TASK_TOKENS_OPTION, WAVE_OPTION
 from spanner_cdc.spark.executor import FILES_DDL, WAVE_FILES_DDL
 from spanner_cdc.spark.spec import TokenJobSpec
 
@@ -77,6 +78,22 @@ class TokenOutcome:
     error: Exception | None = None
 
 
+# Tokens one task of a wave job lands, one after another: Spark's cost per task (scheduling, a round trip to a
+# Python worker) is ~0.15 s on a busy 2-core machine, a small token's own work ~26 ms (bench_task). A task's
+# memory stays that of one token; 1 gives a task per token.
+TASK_TOKENS_ENV = "SPANNER_CDC_TASK_TOKENS"
+TASK_TOKENS = 4
+
+
+def task_tokens() -> int:
+    raw = os.environ.get(TASK_TOKENS_ENV)
+    if not raw:
+        return TASK_TOKENS
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise ConfigError(TASK_TOKENS_ENV, raw, "an integer in [1, 1000]")
+    return int(raw)
+
+
 def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[TokenOutcome]:
     """Driver side: one Spark job lands many tokens (arrow writer), a task per token.
 
@@ -88,7 +105,8 @@ def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[Tok
 
     ensure_source_registered(spark)
     wave = json.dumps([spec.options() for spec in specs])
-    frame = spark.read.format(SOURCE_NAME).schema(WAVE_FILES_DDL).option(WAVE_OPTION, wave).load()
+    reader = spark.read.format(SOURCE_NAME).schema(WAVE_FILES_DDL).option(WAVE_OPTION, wave)
+    frame = reader.option(TASK_TOKENS_OPTION, str(task_tokens())).load()
     job_error: Exception | None = None
     listings: dict[str, list[dict[str, Any]]] = {spec.token: [] for spec in specs}
     try:

@@ -36,3 +36,27 @@ def test_the_group_size_can_be_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(wave.GROUP_TOKENS_ENV, "0")
     with pytest.raises(ConfigError, match="SPANNER_CDC_WAVE_GROUP_TOKENS.*an integer in"):
         wave.groups(claims(3), 2)
+
+
+def test_a_wave_job_lands_a_few_tokens_per_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from spanner_cdc.spark.datasource import TASK_TOKENS_OPTION, WAVE_OPTION, SpannerChangeStreamReader
+    from spanner_cdc.spark.token_job import TASK_TOKENS, TASK_TOKENS_ENV, task_tokens
+
+    def tasks(tokens: int, per_task: int) -> list[list[int]]:
+        reader = SpannerChangeStreamReader({WAVE_OPTION: json.dumps([{}] * tokens), TASK_TOKENS_OPTION: str(per_task)})
+        return [p.value for p in reader.partitions()]
+
+    # every token in exactly one task, at most per_task each, spread evenly
+    assert tasks(10, 4) == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert tasks(3, 1) == [[0], [1], [2]]
+    assert tasks(2, 8) == [[0, 1]]
+    monkeypatch.delenv(TASK_TOKENS_ENV, raising=False)
+    assert task_tokens() == TASK_TOKENS
+    monkeypatch.setenv(TASK_TOKENS_ENV, "1")
+    assert task_tokens() == 1
+    for bad in ("0", "x", "1001"):
+        monkeypatch.setenv(TASK_TOKENS_ENV, bad)
+        with pytest.raises(ConfigError, match=f"{TASK_TOKENS_ENV}.*an integer in"):
+            task_tokens()
