@@ -23,7 +23,7 @@ from spanner_cdc.store import MetadataStore
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(120)]
 # every value capture type: the partial-update paths (NEW_VALUES, OLD_AND_NEW_VALUES) and the whole-row ones
 CAPTURES = {"NewValues": "NEW_VALUES", "OldAndNew": "OLD_AND_NEW_VALUES", "NewRow": "NEW_ROW", "NewRowOld": "NEW_ROW_AND_OLD_VALUES"}
-ACCOUNTS = ["Id", "Owner", "Balance", "Score"]
+ACCOUNTS = ["Id", "Owner", "Balance", "Score", "Amount", "Opened"]  # in the snapshot too, with the dialect's types
 LEDGER = ["Id", "Memo", "Amount", "Day", "At", "Ok", "Raw"]  # a table created mid-run, one column of each kind of type
 
 
@@ -44,9 +44,10 @@ class Dialect:
     def ddl(self) -> list[str]:
         if self.postgres:
             accounts = ('CREATE TABLE "Accounts" ("Id" bigint NOT NULL, "Owner" varchar, "Balance" bigint, "Score" float8,'
-                        ' "Legacy" varchar, PRIMARY KEY ("Id"))')  # fmt: skip
+                        ' "Amount" numeric, "Opened" timestamptz, "Legacy" varchar, PRIMARY KEY ("Id"))')  # fmt: skip
             return [accounts, *(f"CREATE CHANGE STREAM {s} FOR ALL WITH (value_capture_type = '{c}')" for s, c in self.streams.items())]
-        accounts = "CREATE TABLE Accounts (Id INT64 NOT NULL, Owner STRING(MAX), Balance INT64, Score FLOAT64, Legacy STRING(MAX)) PRIMARY KEY (Id)"
+        accounts = ("CREATE TABLE Accounts (Id INT64 NOT NULL, Owner STRING(MAX), Balance INT64, Score FLOAT64, Amount NUMERIC,"
+                    " Opened TIMESTAMP, Legacy STRING(MAX)) PRIMARY KEY (Id)")  # fmt: skip
         return [accounts, *(f"CREATE CHANGE STREAM {s} FOR ALL OPTIONS (value_capture_type = '{c}')" for s, c in self.streams.items())]
 
     def add_note(self) -> str:
@@ -127,7 +128,9 @@ def test_the_state_at_each_window_end_is_the_source_read_then_for_each_capture_t
 ) -> None:
     database = make_spanner_database(dialect.ddl(), dialect.name)
     with database.batch() as b:
-        b.insert("Accounts", [*ACCOUNTS, "Legacy"], [[i, f"o{i}", i, i / 2, f"l{i}"] for i in range(10)])
+        b.insert("Accounts", [*ACCOUNTS, "Legacy"], [
+            [i, f"o{i}", i, i / 2, Decimal(i) / 8, datetime(2026, 1, 2, 3, 4, 5, i * 100001, tzinfo=UTC), f"l{i}"] for i in range(10)
+        ])  # fmt: skip
     settings = {name: extract_settings(database.database_id, name, namespace=f"ns_{database.database_id}_{name.lower()}") for name in dialect.streams}
     snapshots = {name: run_snapshot(s) for name, s in settings.items()}
     bounds, first_source = workload(database, local_spanner, dialect)
