@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -267,13 +268,25 @@ def run_dags(
     if retries is not None:
         args += ["--retries", str(retries), "--retry-delay", str(retry_delay_s)]
     with log_path.open("w") as log_file:
-        process = subprocess.Popen(args, env=env.full_env(extra_env), stdout=subprocess.PIPE, stderr=log_file, text=True)
+        # its own process group: when this caller is interrupted (Ctrl-C, a test's timeout) the runs, their
+        # task processes and their Spark drivers go with it instead of running on unowned
+        process = subprocess.Popen(args, env=env.full_env(extra_env), stdout=subprocess.PIPE, stderr=log_file, text=True,
+                                   start_new_session=True)  # fmt: skip
         assert process.stdout is not None
-        for line in process.stdout:
-            log_file.write(line)
-            if on_progress is not None and line.startswith(PROGRESS):
-                on_progress(line[len(PROGRESS):].rstrip())
-        process.wait()
+        try:
+            for line in process.stdout:
+                log_file.write(line)
+                if on_progress is not None and line.startswith(PROGRESS):
+                    on_progress(line[len(PROGRESS):].rstrip())
+            process.wait()
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
     if not result.exists():
         raise SpannerCdcError(f"the DAG runs did not finish (exit {process.returncode}); see {log_path}")
     return list(json.loads(result.read_text()))

@@ -79,6 +79,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=handle)
 
 
+# what a text line names as the partition of the root query's records (the root query reads no token)
+ROOT_LABEL = "(root)"
+
+
 def format_text(token: str | None, record: ChangeRecord) -> str:
     return dispatch(record, _TextLine(token))
 
@@ -87,7 +91,7 @@ class _TextLine:
     """One line per record: its timestamp, the partition it came from, its kind and what tells it apart."""
 
     def __init__(self, token: str | None) -> None:
-        self.token = token
+        self.token = token if token is not None else ROOT_LABEL
 
     def data_change(self, record: DataChangeRecord) -> str:
         keys = json.dumps([m.keys for m in record.mods], separators=(",", ":"))

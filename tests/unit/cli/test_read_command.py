@@ -58,3 +58,10 @@ def test_text_lines_say_what_happened() -> None:
     assert 'keys=[{"AccountId":"Id2"}]' in line
     merge = format_text("t2", EXPECTED["merge"][1])
     assert merge == "2022-05-01T09:30:15.000000Z t2 child_partitions seq=1000012389 child_token_4<-[child_token_2,child_token_3]"
+
+
+def test_the_root_query_s_lines_name_no_token() -> None:
+    from spanner_cdc.source.records import PartitionStartRecord
+
+    start = PartitionStartRecord(datetime(2026, 11, 23, 21, 30, 44, 23733, tzinfo=UTC), "00000000", ("a", "b"))
+    assert format_text(None, start) == "2026-11-23T21:30:44.023733Z (root) partition_start seq=00000000 a b"
