@@ -139,7 +139,9 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
         previous >> closed
         if config.current_state:  # `current_state = true`: every table's state as of each closed window's end
 
-            @task(task_id="current_state", outlets=[states])
+            # none_failed: also when this run's close was skipped (its window left open), for the windows that
+            # its catch_up closed; the body never goes past a window that is still open
+            @task(task_id="current_state", outlets=[states], trigger_rule=TriggerRule.NONE_FAILED)
             def current_state(data_interval_end: Any = None, outlet_events: Any = None) -> list:
                 from spanner_cdc.orchestration import state_task
 

@@ -15,11 +15,13 @@ from spanner_cdc.names import LIVE_NAMESPACE, hourly_dag_id
 
 
 def published_files(root: Path | str) -> list[str]:
-    """Published data only, under a local or a gs:// / s3:// root: no path component under `root` starting
-    with `_` or `.` (staging, markers)."""
-    from spanner_cdc.lake.layout import published_locations
+    """The change log's published files under a local or a gs:// / s3:// root: no path component under `root`
+    starting with `_` or `.` (staging, markers), nor a lineage's `snapshot/` and `current/` areas (other tables
+    than the change log's, read apart: README)."""
+    from spanner_cdc.lake.layout import CURRENT_DIR, SNAPSHOT_DIR, published_locations
 
-    return published_locations(root)
+    base = str(root).rstrip("/") + "/"
+    return [p for p in published_locations(root) if not {SNAPSHOT_DIR, CURRENT_DIR} & set(p[len(base):].split("/"))]
 
 
 def _read(location: Path | str, columns: list[str]) -> Any:

@@ -39,6 +39,8 @@ def arrow_type(spanner_type: Mapping[str, Any]) -> pa.DataType:
     code = str(spanner_type.get("code"))
     if code == "ARRAY":
         return pa.list_(arrow_type(spanner_type.get("array_element_type") or {"code": "STRING"}))
+    if spanner_type.get("type_annotation") == "PG_NUMERIC":
+        return pa.string()  # PostgreSQL's numeric: any scale, up to 131072 digits, and NaN; no decimal type holds it: its text
     return SCALAR_TYPES.get(code, pa.string())  # anything else keeps the change stream's JSON text
 
 

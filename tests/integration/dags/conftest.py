@@ -66,6 +66,8 @@ def write_config(path: Path, start: dt.datetime) -> None:
         # Two waves are fewer than the lineage changes of an hour on the local server (a split or merge
         # every 20 minutes): windows are left open and the next run's catch_up must finish them.
         "waves = 2\n"
+        # the first run snapshots the tables at its window start - 1 µs; each closed window gets a current state
+        "snapshot = true\ncurrent_state = true\n"
         f"[streams.{MUTABLE_NAME}]\n"
         f'project = "{PROJECT}"\ninstance = "{INSTANCE}"\ndatabase = "{DATABASE}"\n'
         f'change_stream = "{MUTABLE_STREAM}"\n'

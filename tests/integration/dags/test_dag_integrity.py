@@ -111,6 +111,7 @@ def test_hourly_dag_wiring(example_bag: dict) -> None:
     assert tasks["close"]["downstream"] == [] and "current_state" not in tasks
     assert payments["close"]["downstream"] == ["current_state"]
     assert payments["current_state"]["outlets"] == ["spanner_cdc_current_states__payments"]
+    assert payments["current_state"]["trigger_rule"] == "none_failed"  # also for windows catch_up closed
 
 
 def test_backfill_form(example_bag: dict) -> None:

@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(170)]
 HOURLY = f"spanner_cdc_hourly__{STREAM_NAME}"
 MUTABLE_HOURLY = f"spanner_cdc_hourly__{MUTABLE_NAME}"
 WORKLOAD_SECONDS = 12.0
+SEED_TRANSACTIONS = 20
 
 
 @dataclass
@@ -40,6 +41,7 @@ class History:
     windows: list[tuple[dt.datetime, dt.datetime]]  # the two hours the workload wrote
     ground_truth: Path
     host: str
+    database: Any = None  # the real client's Database on the local server (runs until the module ends)
 
     @property
     def runs(self) -> list[tuple[dt.datetime, dt.datetime]]:
@@ -72,7 +74,13 @@ def history(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     with LocalSpanner(data_dir=data, clock_start=clock_start, clock_rate=rate, log_path=data / "server.log") as server:
         database = create_database(server.host, PROJECT, INSTANCE, DATABASE)
         workload.setup_database(database, "GOOGLE_STANDARD_SQL", CHANGE_STREAM, "OLD_AND_NEW_VALUES")
-        database.update_ddl([f"CREATE CHANGE STREAM {MUTABLE_STREAM} FOR ALL OPTIONS (partition_mode = 'MUTABLE_KEY_RANGE')"]).result(120)
+        database.update_ddl([
+            f"CREATE CHANGE STREAM {MUTABLE_STREAM} FOR ALL OPTIONS (partition_mode = 'MUTABLE_KEY_RANGE')",
+            # the orders stream's snapshot reads the tables at the first window's start, hours of server time back
+            f"ALTER DATABASE {DATABASE} SET OPTIONS (version_retention_period = '7d')",
+        ]).result(120)
+        # rows that exist before the first window: the snapshot's content (their changes are in no window)
+        workload.run_workload(database, transactions=SEED_TRANSACTIONS, seed=5, ground_truth=data / "seed_truth.jsonl")
         now = _server_now(server)
         first = now.replace(minute=0, second=0, microsecond=0) + HOUR
         windows = [(first, first + HOUR), (first + HOUR, first + 2 * HOUR)]
@@ -96,7 +104,7 @@ def history(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             # One mapped task per wave: more ready tokens than max_map_length go several to a task.
             "AIRFLOW__CORE__MAX_MAP_LENGTH": "1",
         })
-        yield History(windows=windows, ground_truth=ground_truth, host=server.host)
+        yield History(windows=windows, ground_truth=ground_truth, host=server.host, database=database)
 
 
 def _lineage_snapshot(url: str, namespace: str) -> dict[str, Any]:
@@ -225,6 +233,142 @@ def test_each_complete_window_emits_one_asset_event_with_its_bounds_and_counts(
         assert (event["extra"]["records"], event["extra"]["files"]) == (window.records, window.files)
         assert event["extra"]["namespace"] == "live" and event["task"] in ("close", "catch_up")
     assert any(e["task"] == "catch_up" for e in events), "no window was finished by a later run"
+
+
+def _z(value: dt.datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def _xcoms(stack: Stack, dag_id: str, task_id: str) -> dict[str, Any]:
+    """The task's return values by run id, from Airflow's metadata DB."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(stack.env.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT run_id, value FROM xcom WHERE dag_id = :d AND task_id = :t AND key = 'return_value'"),
+                {"d": dag_id, "t": task_id},
+            )
+            values = {}
+            for run_id, value in rows:
+                while isinstance(value, str):  # JSON text, however many times the column's type wrapped it
+                    value = json.loads(value)
+                values[run_id] = value
+            return values
+    finally:
+        engine.dispose()
+
+
+def _source_rows(database: Any, table: Any, at: dt.datetime) -> list[dict[str, Any]]:
+    """The table read through the real client at `at` (a stale read), values as a change stream carries them."""
+    from spanner_cdc.devstack.workload_schema import encode
+
+    columns = [*table.keys, *table.values]
+    with database.snapshot(read_timestamp=at) as snap:
+        found = list(snap.execute_sql(f"SELECT {', '.join(c.name for c in columns)} FROM {table.name}"))
+    return [{c.name: encode(c.type, v) for c, v in zip(columns, values, strict=True)} for values in found]
+
+
+def _state_rows(path: Path, table: Any) -> list[dict[str, Any]]:
+    """A current-state file's typed rows, encoded as _source_rows does (BYTES are raw there, base64 from the client)."""
+    import base64
+
+    import pyarrow.parquet as pq
+
+    from spanner_cdc.devstack.workload_schema import encode
+
+    columns = [*table.keys, *table.values]
+    data = pq.read_table(path)
+    assert data.column_names == [c.name for c in columns], path  # named as in Spanner, keys first
+    return [
+        {c.name: base64.b64encode(r[c.name]).decode() if c.type == "BYTES" and r[c.name] is not None else encode(c.type, r[c.name])
+         for c in columns}
+        for r in data.to_pylist()
+    ]  # fmt: skip
+
+
+def _by_key(table: Any, rows: list[dict[str, Any]], *, values_only: bool = False) -> dict[str, str]:
+    """Rows by their key, each compared by column type (demo_truth.canonical)."""
+    from spanner_cdc.devstack.demo_truth import canonical
+
+    keys = [c.name for c in table.keys]
+    by_key = {
+        canonical(table.name, {k: r[k] for k in keys}): canonical(table.name, {k: v for k, v in r.items() if not (values_only and k in keys)})
+        for r in rows
+    }  # fmt: skip
+    assert len(by_key) == len(rows), f"a key twice in {table.name}"
+    return by_key
+
+
+def test_the_first_run_snapshots_the_watched_tables_just_before_its_window_and_later_runs_skip_it(
+    stack: Stack, history: History, hourly_runs: list[dict[str, Any]]
+) -> None:
+    import pyarrow.parquet as pq
+
+    from spanner_cdc.devstack.demo_truth import canonical
+    from spanner_cdc.devstack.workload_schema import TABLES
+    from spanner_cdc.extract.snapshot import MICROSECOND
+    from spanner_cdc.lake.layout import LakeLayout
+
+    assert [run["tasks"]["snapshot"] for run in hourly_runs] == ["success"] * 3, stack.log_path("hourly")
+    returned = _xcoms(stack, HOURLY, "snapshot")
+    first, *later = (returned[run["run_id"]] for run in hourly_runs)
+    at = history.windows[0][0] - MICROSECOND  # T0: the first window holds every later change
+    assert (first["at"], first["changes_from"]) == (_z(at), _z(history.windows[0][0]))
+    assert all(r.get("skipped") == "the snapshot is complete" and r["at"] == at.isoformat() for r in later), later
+    layout = LakeLayout(stack.lake, CHANGE_STREAM, "live")
+    marker = json.loads(Path(layout.snapshot_marker_location).read_text())
+    assert marker["at"] == first["at"] and marker["tables"] == first["tables"]
+    assert sorted(marker["tables"]) == sorted(t.name for t in TABLES) and marker["rows"] > 0
+    for table in TABLES:  # the snapshot's rows are the source read at T0, row for row and value for value
+        files = [layout.location + "/" + f["path"] for f in marker["files"] if f["table"] == table.name]
+        rows = [r for path in files for r in pq.read_table(path).to_pylist()]
+        assert {r["read_method"] for r in rows} <= {"spanner-snapshot"} and {r["change_type"] for r in rows} <= {"INSERT"}
+        assert all(r["commit_timestamp"] == at for r in rows)
+        landed = {canonical(table.name, r["keys"]): canonical(table.name, r["new_values"]) for r in rows}
+        assert len(landed) == len(rows) == marker["tables"][table.name]
+        assert landed == _by_key(table, _source_rows(history.database, table, at), values_only=True), table.name
+
+
+def test_each_closed_window_gets_a_current_state_equal_to_the_source_at_its_end_and_one_asset_event(
+    stack: Stack, history: History, hourly_runs: list[dict[str, Any]]
+) -> None:
+    from spanner_cdc.devstack.workload_schema import TABLES
+    from spanner_cdc.extract.snapshot import MICROSECOND
+    from spanner_cdc.lake.layout import LakeLayout
+
+    layout = LakeLayout(stack.lake, CHANGE_STREAM, "live")
+    with MetadataStore.connect(stack.lineage_url) as store:
+        closed = sorted(w.end for w in store.windows(store.get_lineage(CHANGE_STREAM, "live").id) if w.state == "COMPLETE")
+    assert {end for _, end in history.windows} <= set(closed), closed
+    # the runs' return values: every closed window's state once, oldest first, also when a later run closed it
+    by_run = _xcoms(stack, HOURLY, "current_state")
+    made = [s for run in hourly_runs for s in by_run.get(run["run_id"], [])]
+    caught_up = _xcoms(stack, HOURLY, "catch_up")
+    for run in hourly_runs:  # a run's states: the windows its catch_up closed, then its own if its close did
+        ends = [c["window_end"] for c in caught_up.get(run["run_id"], [])]
+        ends += [run["data_interval_end"]] if run["tasks"]["close"] == "success" else []
+        assert [s["as_of"] for s in by_run.get(run["run_id"], [])] == [_z(dt.datetime.fromisoformat(e)) for e in ends], run
+    # also when the run's own window was left open (close skipped): the states of the windows its catch_up closed
+    assert any(run["tasks"]["close"] == "skipped" and by_run.get(run["run_id"]) for run in hourly_runs)
+    assert [s["as_of"] for s in made] == [_z(end) for end in closed]
+    assert all(s["created"] for s in made)
+    assert sorted(p.name for p in Path(layout.current_location, "_states").iterdir()) == sorted(
+        Path(layout.state_marker_location(end)).name for end in closed
+    )
+    for end in closed:
+        marker = json.loads(Path(layout.state_marker_location(end)).read_text())
+        assert sorted(marker["tables"]) == sorted(t.name for t in TABLES)
+        for table in TABLES:  # a stale read at end - 1 µs through the real client, while the server still runs
+            state = _state_rows(Path(layout.location, marker["tables"][table.name]["path"]), table)
+            source = _source_rows(history.database, table, end - MICROSECOND)
+            assert _by_key(table, state) == _by_key(table, source), (table.name, end)
+            assert marker["tables"][table.name]["rows"] == len(state)
+    # one asset event per new state, from the current_state task, with the state's summary as its extra
+    events = [e for e in _asset_events(stack) if e["asset"] == f"spanner_cdc_current_state__{STREAM_NAME}"]
+    by_state = sorted(events, key=lambda e: str(e["extra"].get("as_of")))  # one transaction's events may share a timestamp
+    assert [(e["task"], e["extra"]) for e in by_state] == [("current_state", s) for s in made]
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,13 @@
-"""Current-state tables: snapshot + windows of changes (splits, a merge, a column added mid-window) == the source at each window end."""
+"""Current-state tables: snapshot + windows of changes (splits, a merge, schema changes) == the source at each window end."""
 
 from __future__ import annotations
 
+import base64
+import shutil
 import time
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -18,71 +22,145 @@ from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.store import MetadataStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(120)]
-STREAMS = {"NewValues": "NEW_VALUES", "NewRow": "NEW_ROW"}  # the partial-update and whole-row paths
-DDL = [
-    "CREATE TABLE Accounts (Id INT64 NOT NULL, Owner STRING(MAX), Balance INT64, Score FLOAT64) PRIMARY KEY (Id)",
-    *(f"CREATE CHANGE STREAM {name} FOR ALL OPTIONS (value_capture_type = '{capture}')" for name, capture in STREAMS.items()),
-]
+# every value capture type: the partial-update paths (NEW_VALUES, OLD_AND_NEW_VALUES) and the whole-row ones
+CAPTURES = {"NewValues": "NEW_VALUES", "OldAndNew": "OLD_AND_NEW_VALUES", "NewRow": "NEW_ROW", "NewRowOld": "NEW_ROW_AND_OLD_VALUES"}
+ACCOUNTS = ["Id", "Owner", "Balance", "Score", "Amount", "Opened"]  # in the snapshot too, with the dialect's types
+LEDGER = ["Id", "Memo", "Amount", "Day", "At", "Ok", "Raw"]  # a table created mid-run, one column of each kind of type
 
 
-def source_at(database: Any, at: datetime, columns: list[str]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Dialect:
+    """The database's DDL and identifiers in one dialect; the workload's mutations are the same in both."""
+
+    name: str
+    streams: dict[str, str]  # stream name as the extract is given it -> its value capture type
+
+    @property
+    def postgres(self) -> bool:
+        return self.name == "POSTGRESQL"
+
+    def quote(self, name: str) -> str:
+        return f'"{name}"' if self.postgres else f"`{name}`"
+
+    def ddl(self) -> list[str]:
+        if self.postgres:
+            accounts = ('CREATE TABLE "Accounts" ("Id" bigint NOT NULL, "Owner" varchar, "Balance" bigint, "Score" float8,'
+                        ' "Amount" numeric, "Opened" timestamptz, "Legacy" varchar, PRIMARY KEY ("Id"))')  # fmt: skip
+            return [accounts, *(f"CREATE CHANGE STREAM {s} FOR ALL WITH (value_capture_type = '{c}')" for s, c in self.streams.items())]
+        accounts = ("CREATE TABLE Accounts (Id INT64 NOT NULL, Owner STRING(MAX), Balance INT64, Score FLOAT64, Amount NUMERIC,"
+                    " Opened TIMESTAMP, Legacy STRING(MAX)) PRIMARY KEY (Id)")  # fmt: skip
+        return [accounts, *(f"CREATE CHANGE STREAM {s} FOR ALL OPTIONS (value_capture_type = '{c}')" for s, c in self.streams.items())]
+
+    def add_note(self) -> str:
+        return f"ALTER TABLE {self.quote('Accounts')} ADD COLUMN {self.quote('Note')} {'varchar' if self.postgres else 'STRING(MAX)'}"
+
+    def drop_legacy(self) -> str:
+        return f"ALTER TABLE {self.quote('Accounts')} DROP COLUMN {self.quote('Legacy')}"
+
+    def create_ledger(self) -> str:
+        if self.postgres:
+            return ('CREATE TABLE "Ledger" ("Id" bigint NOT NULL, "Memo" varchar, "Amount" numeric, "Day" date, "At" timestamptz,'
+                    ' "Ok" boolean, "Raw" bytea, PRIMARY KEY ("Id"))')  # fmt: skip
+        return ("CREATE TABLE Ledger (Id INT64 NOT NULL, Memo STRING(MAX), Amount NUMERIC, Day DATE, At TIMESTAMP, Ok BOOL,"
+                " Raw BYTES(MAX)) PRIMARY KEY (Id)")  # fmt: skip
+
+
+GOOGLESQL = Dialect("GOOGLE_STANDARD_SQL", CAPTURES)
+# PostgreSQL (its quoted names and its types): the default capture type only, to keep the run short
+POSTGRESQL = Dialect("POSTGRESQL", {"oldandnew": "OLD_AND_NEW_VALUES"})
+
+
+def source_at(database: Any, dialect: Dialect, table: str, at: datetime, columns: list[str]) -> list[dict[str, Any]]:
+    """The table's rows read at `at` (a stale read), in key order."""
+    sql = f"SELECT {', '.join(map(dialect.quote, columns))} FROM {dialect.quote(table)} ORDER BY {dialect.quote('Id')}"
     with database.snapshot(read_timestamp=at) as snap:
-        return [dict(zip(columns, row, strict=True)) for row in snap.execute_sql(f"SELECT {', '.join(columns)} FROM Accounts ORDER BY Id")]
+        rows = [dict(zip(columns, row, strict=True)) for row in snap.execute_sql(sql)]
+    # the client hands BYTES over as their base64 text: the state holds the bytes themselves
+    return [{k: base64.b64decode(v) if isinstance(v, bytes) else v for k, v in row.items()} for row in rows]
 
 
-def state_rows(layout: LakeLayout, as_of: datetime) -> tuple[list[str], list[dict[str, Any]]]:
-    table = pq.read_table(layout.state_object("Accounts", as_of))
-    return table.column_names, table.to_pylist()
+def state_rows(layout: LakeLayout, table: str, as_of: datetime) -> tuple[list[str], list[dict[str, Any]]]:
+    data = pq.read_table(layout.state_object(table, as_of))
+    rows = data.to_pylist()
+    if "Amount" in data.column_names and data.schema.field("Amount").type == "string":
+        # PostgreSQL's numeric has no fixed scale (and NaN): the state keeps its text, the client reads a Decimal
+        rows = [{**r, "Amount": None if r["Amount"] is None else Decimal(r["Amount"])} for r in rows]
+    return data.column_names, rows
 
 
-def workload(database: Any, local_spanner: Any) -> list[datetime]:
-    """Window 1: partial updates, deletes, inserts around a split. Window 2: a column added mid-window, a merge."""
+def workload(database: Any, local_spanner: Any, dialect: Dialect) -> tuple[list[datetime], list[dict[str, Any]]]:
+    """Window 1: partial updates, deletes, inserts around a split. Window 2: a column added and one dropped, a table
+    created (inserts, an update, a delete in it), a merge. Returns the bounds and Accounts read at window 1's end."""
+    split_stream = next(iter(dialect.streams))
     bounds = [datetime.now(UTC)]
     with database.batch() as b:
         b.update("Accounts", ["Id", "Balance"], [[i, i * 100] for i in range(0, 10, 2)])
         b.delete("Accounts", spanner.KeySet(keys=[[i] for i in (1, 3)]))
-        b.insert("Accounts", ["Id", "Owner", "Balance", "Score"], [[100 + i, f"n{i}", i, 0.5] for i in range(5)])
-    local_spanner.control.split(database.name, "NewValues")
+        b.insert("Accounts", ["Id", "Owner", "Balance", "Score", "Legacy"], [[100 + i, f"n{i}", i, 0.5, "l"] for i in range(5)])
+    local_spanner.control.split(database.name, split_stream)
     with database.batch() as b:
-        b.update("Accounts", ["Id", "Owner"], [[0, "renamed"], [100, None]])
+        b.update("Accounts", ["Id", "Owner", "Legacy"], [[0, "renamed", "z"], [100, None, None]])
         b.insert("Accounts", ["Id", "Owner"], [[1, "back"]])  # deleted earlier in the window, inserted again
     bounds.append(datetime.now(UTC))
-    database.update_ddl(["ALTER TABLE Accounts ADD COLUMN Note STRING(MAX)"]).result()
+    # the stale read at window 1's end, taken before the DDL: the local server reads every timestamp with its newest schema
+    first = source_at(database, dialect, "Accounts", bounds[1] - timedelta(microseconds=1), [*ACCOUNTS, "Legacy"])
+    database.update_ddl([dialect.add_note(), dialect.drop_legacy(), dialect.create_ledger()]).result()
     with database.batch() as b:
         b.update("Accounts", ["Id", "Note"], [[2, "noted"], [101, "x"]])
         b.insert("Accounts", ["Id", "Owner", "Note"], [[200, "late", "new"]])
-    local_spanner.control.merge(database.name, "NewValues")
+        b.insert("Ledger", LEDGER, [
+            [i, f"m{i}", Decimal(f"{i}.125"), date(2026, 11, i + 1), datetime(2026, 11, 24, 1, 2, 3, i * 1001, tzinfo=UTC),
+             i % 2 == 0, base64.b64encode(bytes([i, 255]))] for i in range(4)
+        ])  # fmt: skip; the client sends BYTES as base64
+    local_spanner.control.merge(database.name, split_stream)
     with database.batch() as b:
         b.delete("Accounts", spanner.KeySet(keys=[[4]]))
         b.update("Accounts", ["Id", "Balance", "Score"], [[2, 7, 1.25]])
+        b.update("Ledger", ["Id", "Memo", "Ok"], [[1, "changed", None]])
+        b.delete("Ledger", spanner.KeySet(keys=[[2]]))
     bounds.append(datetime.now(UTC))
     time.sleep(0.01)
-    return bounds
+    return bounds, first
 
 
+@pytest.mark.parametrize("dialect", [GOOGLESQL, POSTGRESQL], ids=["googlesql", "postgresql"])
 def test_the_state_at_each_window_end_is_the_source_read_then_for_each_capture_type(
-    make_spanner_database: Any, local_spanner: Any, extract_settings: Any, store: MetadataStore, spark: Any
+    make_spanner_database: Any, local_spanner: Any, extract_settings: Any, store: MetadataStore, spark: Any, dialect: Dialect
 ) -> None:
-    database = make_spanner_database(DDL)
+    database = make_spanner_database(dialect.ddl(), dialect.name)
     with database.batch() as b:
-        b.insert("Accounts", ["Id", "Owner", "Balance", "Score"], [[i, f"o{i}", i, i / 2] for i in range(10)])
-    settings = {name: extract_settings(database.database_id, name, namespace=f"ns_{database.database_id}_{name.lower()}") for name in STREAMS}
+        b.insert("Accounts", [*ACCOUNTS, "Legacy"], [
+            [i, f"o{i}", i, i / 2, Decimal(i) / 8, datetime(2026, 1, 2, 3, 4, 5, i * 100001, tzinfo=UTC), f"l{i}"] for i in range(10)
+        ])  # fmt: skip
+    settings = {name: extract_settings(database.database_id, name, namespace=f"ns_{database.database_id}_{name.lower()}") for name in dialect.streams}
     snapshots = {name: run_snapshot(s) for name, s in settings.items()}
-    bounds = workload(database, local_spanner)
+    bounds, first_source = workload(database, local_spanner, dialect)
     bounds[0] = min(min(s.at for s in snapshots.values()), bounds[0])
+    before = {end: end - timedelta(microseconds=1) for end in bounds[1:]}  # a state holds the commits before its end
     for name, s in settings.items():
         for start, end in zip(bounds, bounds[1:], strict=False):
             assert run_window(s, start, end).complete
         layout = LakeLayout(s.output_root, name, s.namespace)
         first = update_current_state(s, up_to=bounds[1], keep=2)
-        assert [m.as_of for m in first] == bounds[1:2]
-        columns, rows = state_rows(layout, bounds[1])
-        assert columns == ["Id", "Owner", "Balance", "Score"], name
-        assert rows == source_at(database, bounds[1] - timedelta(microseconds=1), columns), name
+        # the snapshot (the rows written before T0 are in no window) plus window 1's changes
+        assert [m.as_of for m in first] == bounds[1:2] and list(first[0].tables) == ["Accounts"], name  # no Ledger yet
+        columns, rows = state_rows(layout, "Accounts", bounds[1])
+        assert columns == [*ACCOUNTS, "Legacy"], name
+        assert rows == first_source, name
         # incremental: the second state from the first plus one window; keep=1 deletes the first
-        assert [m.as_of for m in update_current_state(s, keep=1)] == bounds[2:]
-        columns, rows = state_rows(layout, bounds[2])
-        assert columns == ["Id", "Owner", "Balance", "Score", "Note"], name  # the column added mid-window, typed
-        assert rows == source_at(database, bounds[2] - timedelta(microseconds=1), columns), name
+        second = update_current_state(s, keep=1)
+        assert [m.as_of for m in second] == bounds[2:] and sorted(second[0].tables) == ["Accounts", "Ledger"], name
+        columns, rows = state_rows(layout, "Accounts", bounds[2])
+        assert columns == [*ACCOUNTS, "Note"], name  # the column added mid-window, typed; the dropped one gone
+        assert rows == source_at(database, dialect, "Accounts", before[bounds[2]], columns), name
+        columns, ledger = state_rows(layout, "Ledger", bounds[2])  # the table created mid-window, typed
+        assert columns == LEDGER and len(ledger) == 3, name
+        assert ledger == source_at(database, dialect, "Ledger", before[bounds[2]], columns), name
         assert not Path(layout.state_location("Accounts", bounds[1])).exists()
-        assert update_current_state(s, keep=1) == [] and state_rows(layout, bounds[2])[1] == rows  # a re-run: nothing new
+        assert update_current_state(s, keep=1) == [] and state_rows(layout, "Accounts", bounds[2])[1] == rows  # a re-run: nothing new
+        if name == next(iter(settings)):
+            # no state left: the snapshot plus the change log alone give the source at each window end again
+            shutil.rmtree(layout.current_location)
+            assert [m.as_of for m in update_current_state(s, keep=2)] == bounds[1:], name
+            assert state_rows(layout, "Accounts", bounds[1])[1] == first_source and state_rows(layout, "Accounts", bounds[2])[1] == rows
+            assert state_rows(layout, "Ledger", bounds[2])[1] == ledger and "Ledger" not in first[0].tables

@@ -82,6 +82,17 @@ def test_a_written_state_reads_back_and_goes_on_the_same_way() -> None:
     assert {**row, "B": False, "F": None} == {**again.to_arrow().to_pylist()[0], "F": None}
 
 
+def test_a_postgresql_numeric_keeps_its_text_whatever_its_scale() -> None:
+    pg = {"name": "N", "type": {"code": "NUMERIC", "type_annotation": "PG_NUMERIC"}, "is_primary_key": False, "ordinal_position": 2}
+    states: dict[str, TableState] = {}
+    texts = ["0.125", "NaN", "1" * 40, None]
+    apply_changes(states, [change(1, "INSERT", i, {"N": n}, [KEY, pg], "NEW_VALUES", seq=f"{i:08d}") for i, n in enumerate(texts)])
+    written = states["T"].to_arrow()
+    assert written.schema.field("N").type == pa.string() and written.column("N").to_pylist() == texts
+    again = TableState.from_arrow("T", written)
+    assert again.to_arrow().equals(written)
+
+
 def test_a_state_step_applies_a_parent_and_a_childs_files_in_commit_order_and_only_the_window(tmp_path: Any) -> None:
     import pyarrow.parquet as pq
 
