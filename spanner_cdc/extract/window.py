@@ -457,6 +457,7 @@ def run_window(
     from spanner_cdc.spark.token_job import task_tokens
 
     lease_duration(), liveness_enabled(), driver_rows(), task_tokens()  # a bad setting stops the run before it changes anything
+    _window(window_start, window_end)  # and a bad window before the database is asked anything
     source = source or RunSource(settings)
     plan = plan_window(settings, window_start, window_end, read_method=read_method, source=source)
     start, end = plan.window_start, plan.window_end
