@@ -33,6 +33,12 @@ def _int_between(low: int, high: int) -> Callable[[str, Any], int]:
     return parse
 
 
+def env_int(name: str, default: int, low: int, high: int) -> int:
+    """An integer setting of the environment variable `name` (unset or empty: `default`), in [low, high]."""
+    raw = os.environ.get(name)
+    return default if not raw else _int_between(low, high)(name, raw)
+
+
 def _choice(*choices: str) -> Callable[[str, Any], str]:
     def parse(name: str, value: Any) -> str:
         text = str(value)

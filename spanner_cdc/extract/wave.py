@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from spanner_cdc.errors import ConfigError, ExtractError
+from spanner_cdc.errors import ExtractError
 from spanner_cdc.extract.token import (
     ExtractJob,
     LeaseKeeper,
@@ -26,6 +25,7 @@ from spanner_cdc.extract.token import (
 from spanner_cdc.lake.publish import clear_journal, clear_staging
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
+from spanner_cdc.settings import env_int
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 from spanner_cdc.spark.token_job import TokenOutcome, run_wave_job
@@ -41,12 +41,7 @@ MAX_GROUP_TOKENS = 256
 
 
 def max_group_tokens() -> int:
-    raw = os.environ.get(GROUP_TOKENS_ENV)
-    if not raw:
-        return MAX_GROUP_TOKENS
-    if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
-        raise ConfigError(GROUP_TOKENS_ENV, raw, "an integer in [1, 10000]")
-    return int(raw)
+    return env_int(GROUP_TOKENS_ENV, MAX_GROUP_TOKENS, 1, 10_000)
 
 
 @dataclass

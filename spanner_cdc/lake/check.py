@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -11,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spanner_cdc.errors import ConfigError
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import LAKE_SCHEMA
+from spanner_cdc.settings import env_int
 
 MAX_LISTED = 20
 # what the check reads of each file
@@ -29,12 +28,7 @@ READERS = 8  # files read at once (a bucket's latency, not the CPU, is what they
 
 
 def driver_rows() -> int:
-    raw = os.environ.get(DRIVER_ROWS_ENV)
-    if not raw:
-        return DRIVER_ROWS
-    if not raw.isdigit() or int(raw) > 100_000_000:
-        raise ConfigError(DRIVER_ROWS_ENV, raw, "an integer in [0, 100000000]")
-    return int(raw)
+    return env_int(DRIVER_ROWS_ENV, DRIVER_ROWS, 0, 100_000_000)
 
 
 def empty_check() -> dict[str, Any]:

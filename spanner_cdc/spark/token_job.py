@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.errors import ConfigError, ExtractError, NotFound, RetentionError, SourceError, SpannerCdcError
+from spanner_cdc.errors import ExtractError, NotFound, RetentionError, SourceError, SpannerCdcError
 from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
 from spanner_cdc.names import short_token
+from spanner_cdc.settings import env_int
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.datasource import SOURCE_NAME, TASK_TOKENS_OPTION, WAVE_OPTION
 from spanner_cdc.spark.executor import FILES_DDL, WAVE_FILES_DDL
@@ -86,12 +86,7 @@ TASK_TOKENS = 4
 
 
 def task_tokens() -> int:
-    raw = os.environ.get(TASK_TOKENS_ENV)
-    if not raw:
-        return TASK_TOKENS
-    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
-        raise ConfigError(TASK_TOKENS_ENV, raw, "an integer in [1, 1000]")
-    return int(raw)
+    return env_int(TASK_TOKENS_ENV, TASK_TOKENS, 1, 1000)
 
 
 def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[TokenOutcome]:
