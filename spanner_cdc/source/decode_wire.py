@@ -9,6 +9,7 @@ from json import loads as _json_loads
 from json.scanner import make_scanner
 from typing import Any
 
+import msgspec
 from google.cloud.spanner_v1 import TypeCode
 
 from spanner_cdc.errors import SourceError
@@ -50,6 +51,11 @@ _SCALARS: dict[str, dict[str, Any]] = {
 
 
 _scan = make_scanner(JSONDecoder())  # type: ignore[arg-type]  # the C scanner json.loads ends in
+# a JSON object exactly as json.loads reads it; what msgspec refuses (NaN, 1e400, lone surrogates, not an object,
+# empty text) goes json's way
+_decode_object = msgspec.json.Decoder(dict[str, Any]).decode
+_NOT_AN_OBJECT = (msgspec.DecodeError, msgspec.ValidationError)
+_FALSE_KINDS = frozenset(("bool_value", "null_value"))  # NULL reads as false, as in decode.py
 
 
 def _kind(value: Any) -> str | None:
@@ -219,35 +225,47 @@ class _WireRecords:
         return out
 
     def _data_change(self, s: Any) -> DataChangeRecord:
-        # the hot path: each protobuf access costs about a microsecond, so every field is read once, and the
+        # the hot path: each protobuf access costs about half a microsecond, so every field is read once, and the
         # checks that explain a bad value run only when the value is empty (NULL, or another kind of value)
         (i_commit, i_seq, i_txn, i_last, i_table, i_columns, i_mods, i_mod_type, i_capture, i_records, i_partitions,
          i_tag, i_system) = self._layouts["data_change_record"]  # fmt: skip
-        i_keys, i_new, i_old = self._layouts["mods"]
-        mods = []
-        for mod in _list(s[i_mods], "mods"):
-            m = mod.list_value.values
-            keys, new, old = m[i_keys], m[i_new], m[i_old]
-            mods.append(Mod(
-                _object(keys.string_value) or _json_object(keys, "mods.keys", False),
-                _object(new.string_value) or _json_object(new, "mods.new_values", True),
-                _object(old.string_value) or _json_object(old, "mods.old_values", True),
-            ))  # fmt: skip
         table = s[i_table].string_value or _text(s[i_table], "table_name")
         records, partitions = s[i_records].string_value, s[i_partitions].string_value
+        last, system = s[i_last], s[i_system]
         return _data_change(
             self._timestamps(s[i_commit], "commit_timestamp"),
             s[i_seq].string_value or _text(s[i_seq], "record_sequence"),
             s[i_txn].string_value or _text(s[i_txn], "server_transaction_id"),
-            s[i_last].bool_value or _bool(s[i_last], "is_last_record_in_transaction_in_partition"),
-            table, self._column_types(s[i_columns]), tuple(mods),
+            last.bool_value or (last.WhichOneof("kind") not in _FALSE_KINDS and _bool(last, "is_last_record_in_transaction_in_partition")),
+            table, self._column_types(s[i_columns]), self._mods(s[i_mods]),
             s[i_mod_type].string_value or _text(s[i_mod_type], "mod_type"),
             s[i_capture].string_value or _text(s[i_capture], "value_capture_type"),
             int(records) if records.isdigit() else _int(s[i_records], "number_of_records_in_transaction"),
             int(partitions) if partitions.isdigit() else _int(s[i_partitions], "number_of_partitions_in_transaction"),
             s[i_tag].string_value or _tag(s[i_tag]),
-            s[i_system].bool_value or _bool(s[i_system], "is_system_transaction"),
+            system.bool_value or (system.WhichOneof("kind") not in _FALSE_KINDS and _bool(system, "is_system_transaction")),
         )  # fmt: skip
+
+    def _mods(self, raw: Any) -> tuple[Mod, ...]:
+        i_keys, i_new, i_old = self._layouts["mods"]
+        values = _list(raw, "mods")
+        decode = _decode_object
+        mods = []
+        try:  # msgspec parses a small JSON object in about half the time of json's C scanner
+            for mod in values:
+                m = mod.list_value.values
+                mods.append(Mod(decode(m[i_keys].string_value), decode(m[i_new].string_value), decode(m[i_old].string_value)))
+        except _NOT_AN_OBJECT:  # NULL, or not one JSON object: json's way, which also explains what is wrong
+            mods = []
+            for mod in values:
+                m = mod.list_value.values
+                keys, new, old = m[i_keys], m[i_new], m[i_old]
+                mods.append(Mod(
+                    _object(keys.string_value) or _json_object(keys, "mods.keys", False),
+                    _object(new.string_value) or _json_object(new, "mods.new_values", True),
+                    _object(old.string_value) or _json_object(old, "mods.old_values", True),
+                ))  # fmt: skip
+        return tuple(mods)
 
     def _column_types(self, raw: Any) -> tuple[ColumnType, ...]:
         # a table's column types repeat in each of its records: their bytes are the cheapest key to compare
