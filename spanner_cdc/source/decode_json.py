@@ -14,12 +14,6 @@ from spanner_cdc.source.records import ColumnType, DataChangeRecord, Mod
 _UNSET: Any = msgspec.UNSET
 
 
-class _Mod(msgspec.Struct):
-    keys: dict[str, Any]
-    new_values: dict[str, Any] | None = None
-    old_values: dict[str, Any] | None = None
-
-
 class _DataChange(msgspec.Struct):
     """The fields decode.py reads, with its defaults for the optional ones: anything else fails validation and
     goes the slow way, which explains it (or accepts it: INT64 as text, a numeric record_sequence)."""
@@ -29,7 +23,7 @@ class _DataChange(msgspec.Struct):
     server_transaction_id: str
     table_name: str
     column_types: msgspec.Raw  # kept as bytes: a table's column types repeat, so they are mapped once per text
-    mods: list[_Mod]
+    mods: tuple[Mod, ...]  # built by msgspec itself; a NULL new_values or old_values fails here and goes the slow way
     mod_type: str
     value_capture_type: str
     number_of_records_in_transaction: int
@@ -75,8 +69,7 @@ class FastDataChanges:
             return _data_change(
                 self._timestamp(d.commit_timestamp), d.record_sequence, d.server_transaction_id,
                 d.is_last_record_in_transaction_in_partition, d.table_name, self._column_types(d.column_types),
-                tuple([Mod(m.keys, {} if m.new_values is None else m.new_values, {} if m.old_values is None else m.old_values)
-                       for m in d.mods]),
+                d.mods,
                 d.mod_type, d.value_capture_type, d.number_of_records_in_transaction,
                 d.number_of_partitions_in_transaction, d.transaction_tag, d.is_system_transaction,
             )  # fmt: skip
