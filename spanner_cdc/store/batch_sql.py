@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+# Timestamps travel as microseconds since the epoch (exact; see batches._micros) and become timestamptz here.
+_AT = "TIMESTAMPTZ 'epoch' + {} * INTERVAL '1 microsecond'"
 # One row per completion, sent as one JSON array: the server parses it far faster than a driver adapts
-# thousands of array elements one by one (psycopg2 spends ~70 µs per completion on that). Every join to a
-# table also names the batch's tokens as an index condition (see transition_sql.BY_KEY), so a lineage
-# without statistics yet is not scanned once per token. `locked` takes the row locks in token order, so two
-# batches that share rows (a reclaimed token) always lock in the same order; the update repeats the
-# compare-and-set, so a token whose claim was lost is left alone and reported by its absence.
+# thousands of array elements one by one (psycopg2 spends ~70 µs per completion on that); `json`, not `jsonb`,
+# as it is read once. Every join to a table also names the batch's tokens as an index condition (see
+# transition_sql.BY_KEY), so a lineage without statistics yet is not scanned once per token. `locked` takes
+# the row locks in token order, so two batches that share rows (a reclaimed token) always lock in the same
+# order, and carries the completion to the update; the update repeats the compare-and-set, so a token whose
+# claim was lost is left alone and reported by its absence.
 LAND_MANY = sa.text(
-    """
+    f"""
     WITH batch AS MATERIALIZED (
-        SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS b(
-            token text, owner text, attempt integer, watermark timestamptz, finished boolean,
-            partition_end timestamptz, records bigint, files integer)
+        SELECT b.token, b.owner, b.attempt, {_AT.format("b.watermark")} AS watermark, b.finished,
+               {_AT.format("b.partition_end")} AS partition_end, b.records, b.files
+        FROM json_to_recordset(CAST(:batch AS json)) AS b(
+            token text, owner text, attempt integer, watermark bigint, finished boolean,
+            partition_end bigint, records bigint, files integer)
     ), locked AS (
-        SELECT p.token FROM cdc_partitions p JOIN batch b ON b.token = p.token
+        SELECT b.* FROM cdc_partitions p JOIN batch b ON b.token = p.token
         WHERE p.lineage_id = :lineage_id AND p.token = ANY(ARRAY(SELECT token FROM batch)) AND p.state = 'RUNNING'
           AND p.lease_owner = b.owner AND p.attempts = b.attempt
         ORDER BY p.token
@@ -31,7 +36,7 @@ LAND_MANY = sa.text(
             finished_at = CASE WHEN b.finished THEN clock_timestamp() ELSE p.finished_at END,
             partition_end = CASE WHEN b.finished THEN b.partition_end ELSE p.partition_end END,
             lease_owner = NULL, lease_expires_at = NULL, liveness_key = NULL, last_error = NULL
-        FROM batch b JOIN locked l ON l.token = b.token
+        FROM locked b
         WHERE p.lineage_id = :lineage_id AND p.token = b.token AND p.token = ANY(ARRAY(SELECT token FROM batch))
           AND p.state = 'RUNNING' AND p.lease_owner = b.owner AND p.attempts = b.attempt
         RETURNING p.token, p.watermark, b.attempt, b.finished, b.records, b.files
@@ -45,11 +50,11 @@ LAND_MANY = sa.text(
     ), published AS (
         INSERT INTO cdc_manifest (lineage_id, path, token, range_start, range_end, window_start, window_end,
                                   rows, bytes, table_name, attempt)
-        SELECT :lineage_id, f.path, f.token, f.range_start, f.range_end, f.window_start, f.window_end,
-               f.rows, f.bytes, f.table_name, l.attempt
-        FROM jsonb_to_recordset(CAST(:manifest AS jsonb)) AS f(
-            token text, path text, range_start timestamptz, range_end timestamptz, window_start timestamptz,
-            window_end timestamptz, rows bigint, bytes bigint, table_name text)
+        SELECT :lineage_id, f.path, f.token, {_AT.format("f.range_start")}, {_AT.format("f.range_end")},
+               {_AT.format("f.window_start")}, {_AT.format("f.window_end")}, f.rows, f.bytes, f.table_name, l.attempt
+        FROM json_to_recordset(CAST(:manifest AS json)) AS f(
+            token text, path text, range_start bigint, range_end bigint, window_start bigint,
+            window_end bigint, rows bigint, bytes bigint, table_name text)
         JOIN landed l ON l.token = f.token
         ON CONFLICT (lineage_id, path) DO UPDATE
         SET token = EXCLUDED.token, range_start = EXCLUDED.range_start, range_end = EXCLUDED.range_end,

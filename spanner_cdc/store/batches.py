@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.engine import Connection, Row
@@ -38,8 +38,17 @@ def _one_lineage(claims: Sequence[Claim]) -> int:
     return lineages.pop()
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(value: datetime | None, name: str) -> int | None:
+    """Microseconds since the epoch: exact, and ~7x cheaper to send than an ISO text (see batch_sql.LAND_MANY)."""
+    if value is None:
+        return None
+    try:
+        return (value - EPOCH) // rules.ONE_MICROSECOND
+    except TypeError:
+        raise ValueError(f"{name} must be a timezone-aware datetime, got naive {value.isoformat()}") from None
 
 
 def _land_params(lineage_id: int, items: Sequence[Completion]) -> dict[str, object]:
@@ -54,11 +63,14 @@ def _land_params(lineage_id: int, items: Sequence[Completion]) -> dict[str, obje
                 raise ValueError(f"manifest file {file.path} belongs to token {file.token}, not {claim.token}")
         # a path given twice keeps its last entry (upsert by path)
         unique = list({file.path: file for file in item.files}.values())
+        default_start = _micros(item.window_start, "window_start")
+        default_end = _micros(item.window_end, "window_end")
         manifest += [
             {
-                "token": f.token, "path": f.path, "range_start": _iso(f.range_start), "range_end": _iso(f.range_end),
-                "window_start": _iso(f.window_start or item.window_start),
-                "window_end": _iso(f.window_end or item.window_end),
+                "token": f.token, "path": f.path, "range_start": _micros(f.range_start, "range_start"),
+                "range_end": _micros(f.range_end, "range_end"),
+                "window_start": default_start if f.window_start is None else _micros(f.window_start, "window_start"),
+                "window_end": default_end if f.window_end is None else _micros(f.window_end, "window_end"),
                 "rows": f.rows, "bytes": f.bytes, "table_name": f.table_name,
             }
             for f in unique
@@ -67,7 +79,8 @@ def _land_params(lineage_id: int, items: Sequence[Completion]) -> dict[str, obje
         batch.append(
             {
                 "token": claim.token, "owner": claim.owner, "attempt": claim.attempt,
-                "watermark": _iso(item.watermark), "finished": item.finished, "partition_end": _iso(end),
+                "watermark": _micros(item.watermark, "watermark"), "finished": item.finished,
+                "partition_end": _micros(end, "child partitions start_timestamp"),
                 "records": item.records, "files": len(unique),
             }
         )  # fmt: skip

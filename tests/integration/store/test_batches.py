@@ -64,6 +64,49 @@ def test_a_batch_lands_splits_and_a_merge_and_skips_a_lost_claim(store: Metadata
     assert again.landed == () and again.promoted == () and len(again.lost) == 2
 
 
+def test_a_large_batch_with_lost_claims_scattered_lands_exactly_the_others(store: MetadataStore) -> None:
+    """60 tokens, every 7th lost to another worker: exactly those reported, untouched; the others landed with
+    their files, timestamps to the microsecond (they travel as epoch microseconds) and window defaults."""
+    tokens = tuple(f"s{i:03d}" for i in range(60))
+    lineage_id = new_lineage(store, tokens)
+    claims = {c.token: c for c in store.claim(lineage_id, window_end=W1, owner="w", lease=LEASE)}
+    lost = sorted(tokens[3::7])
+    with store._db.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE cdc_partitions SET lease_expires_at = now() - interval '1 s' WHERE token = ANY(:t)"),
+            {"t": lost},
+        )
+    assert len(store.claim(lineage_id, window_end=W1, owner="other", lease=LEASE, tokens=lost)) == len(lost)
+    odd = T0 + timedelta(minutes=7, microseconds=123_457)
+    items = [
+        Completion(claims[t], odd + i * US, False, files=(ManifestFile(f"lake/{t}.parquet", t, T0, odd + i * US,
+                   None, None, i, 10 * i, "Orders"),), records=i, window_start=T0, window_end=W1)
+        for i, t in enumerate(tokens)
+    ]  # fmt: skip
+    result = store.complete_many(list(reversed(items)))
+    assert result.landed == tuple(sorted(set(tokens) - set(lost)))
+    assert sorted(str(e).split()[3].rstrip(":") for e in result.lost) == lost
+    rows = by_token(store, lineage_id)
+    for i, t in enumerate(tokens):
+        if t in lost:
+            assert (rows[t].state, rows[t].lease_owner, rows[t].watermark) == (State.RUNNING, "other", None)
+        else:
+            assert (rows[t].state, rows[t].watermark) == (State.READY, odd + i * US)
+    files = {f.path: f for f in store.manifest(lineage_id)}
+    assert sorted(files) == sorted(f"lake/{t}.parquet" for t in tokens if t not in lost)
+    first = files["lake/s000.parquet"]
+    assert (first.range_start, first.range_end, first.window_start, first.window_end) == (T0, odd, T0, W1)
+
+
+def test_a_batch_refuses_naive_file_timestamps(store: MetadataStore) -> None:
+    lineage_id = new_lineage(store, ("a",))
+    [a] = store.claim(lineage_id, window_end=W1, owner="w", lease=LEASE)
+    naive = ManifestFile("lake/a/n.parquet", "a", T0.replace(tzinfo=None), W1 - US, T0, W1, 1, 1)
+    with pytest.raises(ValueError, match="range_start must be a timezone-aware"):
+        store.complete_many([Completion(a, W1 - US, False, files=(naive,))])
+    assert by_token(store, lineage_id)["a"].state is State.RUNNING
+
+
 def test_a_batch_refuses_mixed_lineages_repeated_tokens_and_foreign_files(store: MetadataStore) -> None:
     one, two = new_lineage(store, ("a",)), new_lineage(store, ("a",))
     [a1] = store.claim(one, window_end=W1, owner="w", lease=LEASE)
