@@ -87,6 +87,12 @@ def normalize(type_: dict[str, Any], value: Any, where: str) -> Any:
     if value is None:
         return None
     code = type_["code"]
+    # the commit path's common cases first: already canonical text of a STRING or an INT64
+    if type(value) is str:
+        if code == "STRING" and "_max_length" not in type_:
+            return value
+        if code == "INT64" and value.isascii() and value.isdigit() and value[0] != "0" and len(value) < 19:
+            return value
     try:
         if code == "ARRAY":
             if not isinstance(value, list):
