@@ -7,11 +7,11 @@ import binascii
 import json
 import math
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from google.protobuf import struct_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from spanner_cdc.local_spanner.model import QueryError
 
@@ -35,6 +35,19 @@ def pb_to_python(value: struct_pb2.Value) -> Any:
     if kind == "struct_value":
         return {k: pb_to_python(v) for k, v in value.struct_value.fields.items()}
     return None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
+
+
+def pb_timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    """A datetime (naive = UTC) as a protobuf Timestamp; Timestamp.FromDatetime's result, for a fraction of its cost
+    (every commit answers with one)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    seconds, micros = divmod((value - _EPOCH) // _ONE_US, 1_000_000)
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=micros * 1000)
 
 
 def format_timestamp(value: datetime) -> str:
