@@ -127,7 +127,8 @@ def run_workload(
 
     batch=1 commits each transaction on its own (every fifth as a read-write transaction); batch=N > 1 sends up
     to N transactions over disjoint rows per BatchWrite request (one mutation group, so one transaction and one
-    commit timestamp each), tagged per request."""
+    commit timestamp each), tagged per request; each row's changes commit in plan order, transactions over
+    disjoint rows possibly not."""
     if transactions < 0:
         raise ConfigError("transactions", transactions, "a number >= 0")
     if tx_per_second is not None and tx_per_second <= 0:
@@ -182,34 +183,49 @@ def _run_one_by_one(
 _Planned = tuple[int, list[_Write], list[dict[str, Any] | None]]  # index, writes, rows before them
 
 
+_OPEN_REQUESTS = 4  # requests being filled at once; the first is sent when full, or when one more would open
+
+
 def _run_batched(
     database: Any, rng: random.Random, rows: dict[RowKey, dict[str, Any]], out: TextIO, stats: WorkloadStats,
     pace: _Pace, seed: int, transactions: int, batch: int,
 ) -> None:
-    """Transactions planned in order against the view; a batch closes before a transaction that touches one of its
-    rows would join, so the groups of one request commute (Spanner may apply them in any order). One request is in
-    flight while the next is planned and built; it is sent once the previous one answered, so commits keep the plan's order."""
-    pending: list[_Planned] = []
-    touched: set[RowKey] = set()
+    """Transactions are planned in order against the view, each placed in the first open request after every open
+    request holding one of its rows: the groups of one request touch disjoint rows, so they commute (Spanner may apply
+    them in any order), and every row's changes commit in plan order (transactions over disjoint rows may commit out
+    of plan order). Requests are sent in order, each once the previous one answered; the next ones fill meanwhile."""
+    opened: list[tuple[list[_Planned], set[RowKey]]] = []
     requests = 0
     writer = BatchWriter(database)
+    in_flight: Future[list[datetime]] | None = None
+
+    def send_first() -> None:
+        nonlocal in_flight, requests
+        pending, _ = opened.pop(0)
+        tag = "" if requests % 7 == 3 else f"app=workload,seed={seed},batch={requests}"
+        request = _request(writer, pending, tag)
+        if in_flight is not None:
+            in_flight.result()
+        pace.wait_for(max(index for index, _, _ in pending))
+        in_flight = sender.submit(_send_batch, writer, request, pending, out, stats, tag)
+        requests += 1
+
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="workload-batch") as sender:
-            in_flight: Future[list[datetime]] | None = None
-            for index in range(transactions + 1):
-                writes = _plan(rng, rows) if index < transactions else []
+            for index in range(transactions):
+                writes = _plan(rng, rows)
                 keys = {(w.table.name, w.key) for w in writes}
-                if pending and (index == transactions or len(pending) >= batch or keys & touched):
-                    tag = "" if requests % 7 == 3 else f"app=workload,seed={seed},batch={requests}"
-                    request = _request(writer, pending, tag)
-                    if in_flight is not None:
-                        in_flight.result()
-                    pace.wait_for(pending[-1][0])
-                    in_flight = sender.submit(_send_batch, writer, request, pending, out, stats, tag)
-                    pending, touched, requests = [], set(), requests + 1
-                if index < transactions:
-                    pending.append((index, writes, [_apply_to_view(rows, write) for write in writes]))
-                    touched |= keys
+                level = next((i + 1 for i in range(len(opened) - 1, -1, -1) if opened[i][1] & keys), 0)
+                while level < len(opened) and len(opened[level][0]) >= batch:
+                    level += 1
+                if level == len(opened):
+                    opened.append(([], set()))
+                opened[level][0].append((index, writes, [_apply_to_view(rows, write) for write in writes]))
+                opened[level][1].update(keys)
+                while opened and (len(opened[0][0]) >= batch or len(opened) > _OPEN_REQUESTS):
+                    send_first()
+            while opened:
+                send_first()
             if in_flight is not None:
                 in_flight.result()
     finally:
