@@ -9,6 +9,7 @@ import math
 import re
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Any
 
 from google.protobuf import struct_pb2, timestamp_pb2
@@ -95,6 +96,18 @@ def _canonical_numeric(text: str) -> str:
     return "0" if formatted in ("-0", "") else formatted
 
 
+def _canonical_json(text: str) -> str:
+    # small values memoised: parsing and re-serialising is most of a JSON value's commit cost, and values repeat
+    return _canonical_small_json(text) if len(text) <= 1024 else _reserialised_json(text)
+
+
+def _reserialised_json(text: str) -> str:
+    return json.dumps(json.loads(text), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+_canonical_small_json = lru_cache(maxsize=4096)(_reserialised_json)
+
+
 def normalize(type_: dict[str, Any], value: Any, where: str) -> Any:
     """A value received on the wire (already pb_to_python'd) in change stream JSON encoding; raises QueryError."""
     if value is None:
@@ -152,7 +165,7 @@ def normalize(type_: dict[str, Any], value: Any, where: str) -> Any:
         if code == "NUMERIC":
             return _canonical_numeric(value)
         if code == "JSON":
-            return json.dumps(json.loads(value), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+            return _canonical_json(value)
     except QueryError:
         raise
     except (ValueError, TypeError, InvalidOperation, binascii.Error, OverflowError) as exc:

@@ -35,3 +35,12 @@ def test_int64_text_is_canonical_whichever_path_checks_it(text: str, canonical: 
 def test_bad_int64_text_is_refused_naming_the_column(text: str) -> None:
     with pytest.raises(QueryError, match="column t.k: expected INT64"):
         normalize({"code": "INT64"}, text, "column t.k")
+
+
+@pytest.mark.parametrize("size", [3, 2000])  # small texts are memoised, large ones are not: the same canonical text
+def test_json_is_canonical_small_or_large_and_bad_json_is_refused_every_time(size: int) -> None:
+    text = '{"b": "' + "x" * size + '", "a": [1, "é"]}'
+    assert normalize({"code": "JSON"}, text, "column t.j") == '{"a":[1,"é"],"b":"' + "x" * size + '"}'
+    for _ in range(2):
+        with pytest.raises(QueryError, match="column t.j: expected JSON"):
+            normalize({"code": "JSON"}, text[:-1], "column t.j")
