@@ -121,14 +121,30 @@ ProgressCallback = Callable[[Progress], None]
 
 class RunSource:
     """The database of one run and what is asked of it once: a client (with its session thread) and the
-    dialect and partition mode per run (run_window, catch_up), not per wave."""
+    dialect and partition mode per run (run_window, catch_up), not per wave. Opened at first use, so a
+    caller can hand one to several steps (the CLI's catch_up and run_window) before any needs it."""
 
     def __init__(self, settings: Settings) -> None:
-        from spanner_cdc.source.client import detect_dialect, open_database
-
-        self.database = open_database(settings)
-        self.dialect = detect_dialect(self.database, settings.dialect)
+        self._settings = settings
+        self._database: Any = None
+        self._dialect: str | None = None
         self._modes: dict[str, str] = {}
+
+    @property
+    def database(self) -> Any:
+        if self._database is None:
+            from spanner_cdc.source.client import open_database
+
+            self._database = open_database(self._settings)
+        return self._database
+
+    @property
+    def dialect(self) -> str:
+        if self._dialect is None:
+            from spanner_cdc.source.client import detect_dialect
+
+            self._dialect = detect_dialect(self.database, self._settings.dialect)
+        return self._dialect
 
     def partition_mode(self, stream: str) -> str:
         from spanner_cdc.source.partition_mode import detect_partition_mode
@@ -496,7 +512,12 @@ def run_window(
 
 
 def catch_up(
-    settings: Settings, before: datetime, *, read_method: str = LIVE_READ_METHOD, max_waves: int = 20
+    settings: Settings,
+    before: datetime,
+    *,
+    read_method: str = LIVE_READ_METHOD,
+    max_waves: int = 20,
+    source: RunSource | None = None,
 ) -> list[WindowSummary]:
     """Finish, oldest first, the windows of this lineage that end at or before `before` and were left open.
 
@@ -513,7 +534,7 @@ def catch_up(
             return []  # a new lineage: nothing was left open
         left_open = sorted((w.start, w.end) for w in store.windows(lineage.id) if w.state != "COMPLETE" and w.end <= before)
     summaries = []
-    source = RunSource(settings) if left_open else None
+    source = source or RunSource(settings)
     for start, end in left_open:
         log.info("%s: window [%s, %s) was left open by an earlier run: finishing it first", settings.stream, start, end)
         summary = run_window(settings, start, end, read_method=read_method, max_waves=max_waves, source=source)

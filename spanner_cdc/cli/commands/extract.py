@@ -115,7 +115,7 @@ def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.cli.commands.read import parse_timestamp
     from spanner_cdc.devstack.embedded_pg import with_dev_store
     from spanner_cdc.extract.current_state import update_current_state
-    from spanner_cdc.extract.window import catch_up, run_window
+    from spanner_cdc.extract.window import RunSource, catch_up, run_window
     from spanner_cdc.lake.layout import check_output_root
     from spanner_cdc.spark.session import check_java, stop_sessions
 
@@ -131,9 +131,10 @@ def handle(args: argparse.Namespace) -> int:
     if progress is not None:
         logging.getLogger("spanner_cdc").setLevel(logging.WARNING)
     try:
-        catch_up(settings, start, read_method=args.read_method, max_waves=args.max_waves)
+        source = RunSource(settings)  # one Spanner client for the windows left open and this one
+        catch_up(settings, start, read_method=args.read_method, max_waves=args.max_waves, source=source)
         summary = run_window(
-            settings, start, end, read_method=args.read_method, max_waves=args.max_waves, progress=progress
+            settings, start, end, read_method=args.read_method, max_waves=args.max_waves, progress=progress, source=source
         )
         states = update_current_state(settings, up_to=end) if args.current_state and summary.complete else []
     finally:

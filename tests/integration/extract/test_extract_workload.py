@@ -18,8 +18,9 @@ from spanner_cdc.cli.main import main
 from spanner_cdc.devstack import workload
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME, comparable, parse_timestamp
-from spanner_cdc.extract.window import catch_up, run_window
+from spanner_cdc.extract.window import RunSource, catch_up, run_window
 from spanner_cdc.lake.layout import LakeLayout, published_files
+from spanner_cdc.source import client
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.extract.lake_reading import plain_utc, published_rows
@@ -155,18 +156,23 @@ def test_windows_left_open_are_finished_before_later_ones(
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", fast_server.host)
     settings, bounds, truth = write_three_windows(fast_server, extract_settings, tmp_path)
 
+    opened: list[Any] = []
+    monkeypatch.setattr(client, "open_database", lambda s, real=client.open_database: opened.append(s) or real(s))
     by_start = {}
     left_open = 0
     for start, end in zip(bounds, bounds[1:], strict=False):
-        for caught in catch_up(settings, start):
+        source = RunSource(settings)  # as the CLI does: one client for the catch-up and the window
+        for caught in catch_up(settings, start, source=source):
             by_start[caught.window_start] = caught
-        summary = run_window(settings, start, end, max_waves=1)
+        summary = run_window(settings, start, end, max_waves=1, source=source)
         left_open += not summary.complete
         by_start[start] = summary
-    for caught in catch_up(settings, bounds[-1]):
+    caught_up = catch_up(settings, bounds[-1])
+    for caught in caught_up:
         by_start[caught.window_start] = caught
 
     assert left_open >= 1  # the catch-up path was taken
+    assert len(opened) == 3 + bool(caught_up)  # a client per run, opened only by a run that reads
     assert_landed_exactly(settings, bounds, truth, [by_start[start] for start in bounds[:-1]], store, pg_url)
 
 
