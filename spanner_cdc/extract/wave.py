@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 # token (as before waves were grouped; the benchmark compares the two).
 GROUP_TOKENS_ENV = "SPANNER_CDC_WAVE_GROUP_TOKENS"
 MAX_GROUP_TOKENS = 256
+START_THREADS = 8  # a group's attempts started at once (journals written, a crashed attempt's files removed)
 
 
 def max_group_tokens() -> int:
@@ -123,12 +124,22 @@ def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> list[_Landed]:
     """Start each token's attempt, run the group's Spark job, and check each token's files; failures are recorded."""
     read_to = inclusive_end(job.window_end)
     specs: dict[str, TokenJobSpec] = {}
-    for claim in group:
+
+    def start(claim: Claim) -> TokenJobSpec | BaseException:
         try:
-            specs[claim.token] = start_attempt(job, claim, claim.read_from, read_to)
-        except Exception as exc:
-            record_failure(job, claim, exc)
-            out.errors.append((claim, exc))
+            return start_attempt(job, claim, claim.read_from, read_to)
+        except Exception as exc:  # noqa: BLE001 - this token's failure, recorded below
+            return exc
+
+    # each start waits on the lake (its journal synced to disk, or uploaded): the group's starts wait together
+    with ThreadPoolExecutor(max_workers=min(len(group), START_THREADS) or 1) as pool:
+        started = list(pool.map(start, group))
+    for claim, spec in zip(group, started, strict=True):
+        if isinstance(spec, BaseException):
+            record_failure(job, claim, spec)
+            out.errors.append((claim, spec))
+        else:
+            specs[claim.token] = spec
     for spec in specs.values():
         log.info("%s %s: reading %s .. %s in a wave job of %d", job.stream, short_token(spec.token),
                  spec.read_from.isoformat(), read_to.isoformat(), len(specs))  # fmt: skip

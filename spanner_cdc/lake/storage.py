@@ -92,11 +92,12 @@ def read_bytes(location: str | Path) -> bytes | None:
         return None
 
 
-def write_bytes(location: str | Path, data: bytes) -> None:
+def write_bytes(location: str | Path, data: bytes, *, durable: bool = True) -> None:
     """Write a whole object so that readers see the old one or the whole new one, never a part.
 
     An object store's upload is visible only once complete; a local file is written under a hidden
-    name beside its destination, synced, then renamed over it.
+    name beside its destination, synced (unless not `durable`: a file only this run reads, whose loss
+    in a machine crash loses nothing the store has committed), then renamed over it.
     """
     if scheme_of(location) is None:
         path = Path(location)
@@ -104,8 +105,9 @@ def write_bytes(location: str | Path, data: bytes) -> None:
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         with open(tmp, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
         return
     filesystem(location).pipe_file(bare(location), data)

@@ -55,7 +55,8 @@ def row_mapper(dialect: str, fields: Sequence[Any], decode_row: Callable[[Any], 
     """A function row -> records for one result set; field positions are looked up once, here.
 
     Rows may also be undecoded (`lazy_decode=True`, lists of protobuf Values): PostgreSQL's JSON text is
-    parsed here, once, instead of through the client's JsonObject wrapper; GoogleSQL's ChangeRecord is read
+    parsed here, once, instead of through the client's JsonObject wrapper (a data change record by msgspec
+    straight into typed structs, decode_json.py; other kinds and unusual rows by json, with the checks below); GoogleSQL's ChangeRecord is read
     straight from the protobuf values (decode_wire.py) when the metadata has the documented shape, and
     otherwise decoded by the client (`decode_row`, the result set's own decode_row)."""
     dialect = validate_dialect(dialect)
@@ -388,11 +389,17 @@ class _PostgresqlRecords:
     """Maps the JSON objects of one result set; holds that result set's column types cache."""
 
     def __init__(self) -> None:
+        from spanner_cdc.source.decode_json import FastDataChanges  # it builds on this module's checks
+
         self._columns = _ColumnTypesCache()
+        self._fast = FastDataChanges()
 
     def __call__(self, value: Any) -> ChangeRecord:
         try:
             if type(value) is _WireValue:  # execute_sql(lazy_decode=True): the JSON text as sent
+                fast = self._fast(value.string_value)
+                if fast is not None:
+                    return fast
                 if value.HasField("null_value"):
                     raise _Malformed("the row is null")
                 try:

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ WAVE_FILES_DDL = FILES_DDL + ", `token` STRING"
 log = logging.getLogger(__name__)
 ROW_GROUP_ROWS = 65_536
 MAX_BUFFERED_BYTES = 64 << 20
+PUBLISH_THREADS = 8  # a token's files published at once (one per table)
 
 
 def envelope_batches(spec: TokenJobSpec, records: Iterable[ChangeRecord], summary: ControlSummary) -> Iterator[pa.RecordBatch]:
@@ -180,7 +182,12 @@ class TableFiles:
             writer.close()
         names = sorted(self.writers)
         paths = [self.destination(t) for t in names]
-        sizes = [storage.put_file(self.writers[t][1], path) for t, path in zip(names, paths, strict=True)]
+        scratches = [self.writers[t][1] for t in names]
+        if len(names) > 1:  # each publish waits on a disk flush (or an upload): wait on them together
+            with ThreadPoolExecutor(max_workers=min(len(names), PUBLISH_THREADS)) as pool:
+                sizes = list(pool.map(storage.put_file, scratches, paths))
+        else:
+            sizes = [storage.put_file(scratch, path) for scratch, path in zip(scratches, paths, strict=True)]
         self.writers.clear()
         return pa.RecordBatch.from_arrays(
             [

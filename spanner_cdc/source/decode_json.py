@@ -1,0 +1,96 @@
+"""PostgreSQL data change records decoded by msgspec into typed structs: the fast path for well-formed JSON rows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from json import loads as _json_loads
+from typing import Any
+
+import msgspec
+
+from spanner_cdc.source.decode import _data_change, _parse_timestamp, _pg_column_types
+from spanner_cdc.source.records import ColumnType, DataChangeRecord, Mod
+
+_UNSET: Any = msgspec.UNSET
+
+
+class _DataChange(msgspec.Struct):
+    """The fields decode.py reads, with its defaults for the optional ones: anything else fails validation and
+    goes the slow way, which explains it (or accepts it: INT64 as text, a numeric record_sequence)."""
+
+    commit_timestamp: str
+    record_sequence: str
+    server_transaction_id: str
+    table_name: str
+    column_types: msgspec.Raw  # kept as bytes: a table's column types repeat, so they are mapped once per text
+    mods: tuple[Mod, ...]  # built by msgspec itself; a NULL new_values or old_values fails here and goes the slow way
+    mod_type: str
+    value_capture_type: str
+    number_of_records_in_transaction: int
+    number_of_partitions_in_transaction: int
+    is_last_record_in_transaction_in_partition: bool | None = None
+    transaction_tag: str | None = ""
+    is_system_transaction: bool | None = None
+
+
+class _Row(msgspec.Struct, forbid_unknown_fields=True):
+    """Exactly one record kind per row: other kinds are only noticed (UNSET or not), so a row with two keys,
+    or a null one, never takes the fast path."""
+
+    data_change_record: _DataChange | msgspec.UnsetType = _UNSET
+    heartbeat_record: msgspec.Raw | msgspec.UnsetType = _UNSET
+    child_partitions_record: msgspec.Raw | msgspec.UnsetType = _UNSET
+
+
+_decoder = msgspec.json.Decoder(_Row)
+_FAILED = (msgspec.DecodeError, msgspec.ValidationError)
+
+
+class FastDataChanges:
+    """One result set's fast path: its column types and timestamp caches."""
+
+    __slots__ = ("_columns", "_stamp_text", "_stamp")
+
+    def __init__(self) -> None:
+        self._columns: dict[bytes, tuple[ColumnType, ...]] = {}
+        self._stamp_text = ""
+        self._stamp: datetime | None = None
+
+    def __call__(self, text: str) -> DataChangeRecord | None:
+        """The record of a well-formed data change row, else None (the caller's slow path decides)."""
+        try:
+            row = _decoder.decode(text)
+        except _FAILED:
+            return None
+        d = row.data_change_record
+        if not isinstance(d, _DataChange) or row.heartbeat_record is not _UNSET or row.child_partitions_record is not _UNSET:
+            return None
+        try:
+            return _data_change(
+                self._timestamp(d.commit_timestamp), d.record_sequence, d.server_transaction_id,
+                d.is_last_record_in_transaction_in_partition, d.table_name, self._column_types(d.column_types),
+                d.mods,
+                d.mod_type, d.value_capture_type, d.number_of_records_in_transaction,
+                d.number_of_partitions_in_transaction, d.transaction_tag, d.is_system_transaction,
+            )  # fmt: skip
+        except Exception:  # any doubt: the slow path maps the same text and raises its own, explained error
+            return None
+
+    def _timestamp(self, text: str) -> datetime:
+        # the records of a transaction share their commit timestamp: parse each text once
+        if text != self._stamp_text or self._stamp is None:
+            self._stamp = _parse_timestamp(text, "commit_timestamp")
+            self._stamp_text = text
+        return self._stamp
+
+    def _column_types(self, raw: msgspec.Raw) -> tuple[ColumnType, ...]:
+        key = bytes(raw)
+        found = self._columns.get(key)
+        if found is None:
+            found = _pg_column_types(_json_loads(key))
+            if len(self._columns) < 1024:
+                self._columns[key] = found
+        return found
+
+
+__all__ = ["FastDataChanges"]
