@@ -9,7 +9,6 @@ import random
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +26,7 @@ from spanner_cdc.devstack.workload_schema import (
     parse_timestamp,
     random_value,
 )
+from spanner_cdc.devstack.workload_wire import BatchWriter, fill_mutation
 from spanner_cdc.errors import ConfigError, SpannerCdcError
 from spanner_cdc.names import IMMUTABLE_KEY_RANGE
 
@@ -96,6 +96,8 @@ class _Write:
     mod_type: str
     columns: list[str] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
+    encoded_key: tuple[Any, ...] = ()  # the key and values in change stream encoding, which is also their wire text
+    encoded: list[Any] = field(default_factory=list)
 
 
 def setup_database(
@@ -125,7 +127,8 @@ def run_workload(
 
     batch=1 commits each transaction on its own (every fifth as a read-write transaction); batch=N > 1 sends up
     to N transactions over disjoint rows per BatchWrite request (one mutation group, so one transaction and one
-    commit timestamp each), tagged per request."""
+    commit timestamp each), tagged per request; each row's changes commit in plan order, transactions over
+    disjoint rows possibly not."""
     if transactions < 0:
         raise ConfigError("transactions", transactions, "a number >= 0")
     if tx_per_second is not None and tx_per_second <= 0:
@@ -180,60 +183,75 @@ def _run_one_by_one(
 _Planned = tuple[int, list[_Write], list[dict[str, Any] | None]]  # index, writes, rows before them
 
 
+_OPEN_REQUESTS = 4  # requests being filled at once; the first is sent when full, or when one more would open
+
+
 def _run_batched(
     database: Any, rng: random.Random, rows: dict[RowKey, dict[str, Any]], out: TextIO, stats: WorkloadStats,
     pace: _Pace, seed: int, transactions: int, batch: int,
 ) -> None:
-    """Transactions planned in order against the view; a batch closes before a transaction that touches one of its
-    rows would join, so the groups of one request commute (Spanner may apply them in any order). One request is in
-    flight while the next is planned and built; it is sent once the previous one answered, so commits keep the plan's order."""
-    pending: list[_Planned] = []
-    touched: set[RowKey] = set()
+    """Transactions are planned in order against the view, each placed in the first open request after every open
+    request holding one of its rows: the groups of one request touch disjoint rows, so they commute (Spanner may apply
+    them in any order), and every row's changes commit in plan order (transactions over disjoint rows may commit out
+    of plan order). Requests are sent in order, each once the previous one answered; the next ones fill meanwhile."""
+    opened: list[tuple[list[_Planned], set[RowKey]]] = []
     requests = 0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="workload-batch") as sender:
-        in_flight: Future[list[datetime]] | None = None
-        for index in range(transactions + 1):
-            writes = _plan(rng, rows) if index < transactions else []
-            keys = {(w.table.name, w.key) for w in writes}
-            if pending and (index == transactions or len(pending) >= batch or keys & touched):
-                tag = "" if requests % 7 == 3 else f"app=workload,seed={seed},batch={requests}"
-                built = _groups(database, pending)
-                if in_flight is not None:
-                    in_flight.result()
-                pace.wait_for(pending[-1][0])
-                in_flight = sender.submit(_send_batch, built, pending, out, stats, tag)
-                pending, touched, requests = [], set(), requests + 1
-            if index < transactions:
-                pending.append((index, writes, [_apply_to_view(rows, write) for write in writes]))
-                touched |= keys
+    writer = BatchWriter(database)
+    in_flight: Future[list[datetime]] | None = None
+
+    def send_first() -> None:
+        nonlocal in_flight, requests
+        pending, _ = opened.pop(0)
+        tag = "" if requests % 7 == 3 else f"app=workload,seed={seed},batch={requests}"
+        request = _request(writer, pending, tag)
         if in_flight is not None:
             in_flight.result()
+        pace.wait_for(max(index for index, _, _ in pending))
+        in_flight = sender.submit(_send_batch, writer, request, pending, out, stats, tag)
+        requests += 1
 
-
-def _groups(database: Any, pending: list[_Planned]) -> tuple[ExitStack, Any]:
-    """The request's mutation groups, built on a session held until the request is sent (_send_batch)."""
-    session = ExitStack()
     try:
-        groups = session.enter_context(database.mutation_groups())
-        for _, writes, _ in pending:
-            _mutate(groups.group(), writes)
-    except BaseException:
-        session.close()
-        raise
-    return session, groups
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="workload-batch") as sender:
+            for index in range(transactions):
+                writes = _plan(rng, rows)
+                keys = {(w.table.name, w.key) for w in writes}
+                level = next((i + 1 for i in range(len(opened) - 1, -1, -1) if opened[i][1] & keys), 0)
+                while level < len(opened) and len(opened[level][0]) >= batch:
+                    level += 1
+                if level == len(opened):
+                    opened.append(([], set()))
+                opened[level][0].append((index, writes, [_apply_to_view(rows, write) for write in writes]))
+                opened[level][1].update(keys)
+                while opened and (len(opened[0][0]) >= batch or len(opened) > _OPEN_REQUESTS):
+                    send_first()
+            while opened:
+                send_first()
+            if in_flight is not None:
+                in_flight.result()
+    finally:
+        writer.close()
+
+
+def _request(writer: BatchWriter, pending: list[_Planned], tag: str) -> Any:
+    """The BatchWrite request of `pending`: a mutation group (so a transaction) per planned transaction."""
+    request = writer.request(tag)
+    for _, writes, _ in pending:
+        mutations = request.mutation_groups.add().mutations
+        for write in writes:
+            key_names = [c.name for c in write.table.keys]
+            fill_mutation(mutations.add(), write.operation, write.table.name, key_names, write.encoded_key, write.columns, write.encoded)
+    return request
 
 
 def _send_batch(
-    built: tuple[ExitStack, Any], pending: list[_Planned], out: TextIO, stats: WorkloadStats, tag: str
+    writer: BatchWriter, request: Any, pending: list[_Planned], out: TextIO, stats: WorkloadStats, tag: str
 ) -> list[datetime]:
-    session, groups = built
-    with session:
-        responses = list(groups.batch_write(request_options={"transaction_tag": tag} if tag else None))
     committed: dict[int, datetime] = {}
-    for response in responses:
-        if response.status.code:
-            raise SpannerCdcError(f"a workload transaction was refused by BatchWrite: {response.status.message}")
-        committed.update((i, response.commit_timestamp) for i in response.indexes)
+    for outcome in writer.send(request):
+        if outcome.code:
+            raise SpannerCdcError(f"a workload transaction was refused by BatchWrite: {outcome.message}")
+        if outcome.commit_timestamp is not None:
+            committed.update((i, outcome.commit_timestamp) for i in outcome.indexes)
     for position, (index, writes, befores) in enumerate(pending):
         if position not in committed:
             raise SpannerCdcError("BatchWrite reported no commit timestamp for a workload transaction")
@@ -297,20 +315,17 @@ def _plan(rng: random.Random, rows: dict[RowKey, dict[str, Any]]) -> list[_Write
         used.add((table.name, key))
         if (table.name, key) not in rows:
             operation = "insert_or_update" if rng.random() < 0.2 else "insert"
-            columns = [c.name for c in table.values]
-            writes.append(
-                _Write(table, key, operation, "INSERT", columns, [random_value(c, rng) for c in table.values])
-            )
+            write = _Write(table, key, operation, "INSERT", [c.name for c in table.values], [random_value(c, rng) for c in table.values])
         elif rng.random() < 0.25:
-            writes.append(_Write(table, key, "delete", "DELETE"))
+            write = _Write(table, key, "delete", "DELETE")
         else:
             chosen = rng.sample(table.values, rng.randint(1, len(table.values)))
             operation = "insert_or_update" if rng.random() < 0.2 else "update"
-            writes.append(
-                _Write(
-                    table, key, operation, "UPDATE", [c.name for c in chosen], [random_value(c, rng) for c in chosen]
-                )
-            )
+            write = _Write(table, key, operation, "UPDATE", [c.name for c in chosen], [random_value(c, rng) for c in chosen])
+        types = table.types
+        write.encoded_key = tuple(encode(c.type, v) for c, v in zip(table.keys, key, strict=True))
+        write.encoded = [encode(types[name], value) for name, value in zip(write.columns, write.values, strict=True)]
+        writes.append(write)
     return writes
 
 
@@ -352,9 +367,8 @@ def _apply_to_view(rows: dict[RowKey, dict[str, Any]], write: _Write) -> dict[st
     if write.mod_type == "DELETE":
         rows.pop(row_key)
         return before
-    types = {c.name: c.type for c in write.table.values}
-    after = dict(before) if before is not None else {c.name: None for c in write.table.values}
-    after.update({name: encode(types[name], value) for name, value in zip(write.columns, write.values, strict=True)})
+    after = dict(before) if before is not None else dict.fromkeys(write.table.types)
+    after.update(zip(write.columns, write.encoded, strict=True))
     rows[row_key] = after
     return before
 
@@ -362,9 +376,8 @@ def _apply_to_view(rows: dict[RowKey, dict[str, Any]], write: _Write) -> dict[st
 def _truth_line(
     commit_ts: datetime, write: _Write, before: dict[str, Any] | None, tag: str, index: int
 ) -> dict[str, Any]:
-    types = {c.name: c.type for c in write.table.values}
-    keys = {c.name: encode(c.type, v) for c, v in zip(write.table.keys, write.key, strict=True)}
-    new_values = {name: encode(types[name], value) for name, value in zip(write.columns, write.values, strict=True)}
+    keys = {c.name: v for c, v in zip(write.table.keys, write.encoded_key, strict=True)}
+    new_values = dict(zip(write.columns, write.encoded, strict=True))
     if write.mod_type == "DELETE":
         old_values = dict(before or {})
     elif write.mod_type == "UPDATE":

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from spanner_cdc.errors import ConfigError
@@ -46,6 +47,11 @@ class Table:
     keys: tuple[Column, ...]
     values: tuple[Column, ...]
     weight: int  # how often a row change picks this table
+
+    @cached_property
+    def types(self) -> dict[str, str]:
+        """The non-key columns' types by name, in schema order."""
+        return {c.name: c.type for c in self.values}
 
     def random_key(self, rng: random.Random) -> tuple[Any, ...]:
         if self.name == "singers":

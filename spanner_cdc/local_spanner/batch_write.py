@@ -8,10 +8,10 @@ from typing import Any
 
 import grpc
 from google.cloud.spanner_v1.types import BatchWriteResponse
-from google.protobuf import timestamp_pb2
 
 from spanner_cdc.local_spanner.catalog import Catalog
 from spanner_cdc.local_spanner.model import QueryError
+from spanner_cdc.local_spanner.values import pb_timestamp
 
 _Response = BatchWriteResponse.pb()
 
@@ -26,7 +26,7 @@ def batch_write(catalog: Catalog, database: str, request: Any) -> Iterator[bytes
     for index, outcome in enumerate(outcomes):
         response = _Response(indexes=[index])
         if isinstance(outcome, datetime):
-            response.commit_timestamp.CopyFrom(_timestamp(outcome))
+            response.commit_timestamp.CopyFrom(pb_timestamp(outcome))
         else:
             response.status.code = _code(outcome)
             response.status.message = str(outcome)
@@ -36,9 +36,3 @@ def batch_write(catalog: Catalog, database: str, request: Any) -> Iterator[bytes
 def _code(error: QueryError) -> int:
     status = getattr(grpc.StatusCode, error.code, grpc.StatusCode.UNKNOWN)
     return int(status.value[0])
-
-
-def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
-    out = timestamp_pb2.Timestamp()
-    out.FromDatetime(value)
-    return out

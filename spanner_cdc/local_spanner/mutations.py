@@ -112,14 +112,18 @@ class MutationSet:
                 table = self._table(write.table)
                 columns = list(write.columns)
                 for values in write.values:
-                    if len(values.values) != len(columns):
-                        raise QueryError("INVALID_ARGUMENT", f"Mutation for table {table.name} has {len(values.values)} values for {len(columns)} columns.")
-                    self.write(operation, table, dict(zip(columns, (pb_to_python(v) for v in values.values), strict=True)))
+                    items = values.values
+                    if len(items) != len(columns):
+                        raise QueryError("INVALID_ARGUMENT", f"Mutation for table {table.name} has {len(items)} values for {len(columns)} columns.")
+                    self.write(operation, table, dict(zip(columns, map(pb_to_python, items), strict=True)))
             else:
                 raise QueryError("UNIMPLEMENTED", f"Mutation type {operation} is not supported by the local Spanner server")
 
     def write(self, operation: str, table: TableDef, given: Mapping[str, Any]) -> None:
-        values = dict(self._value(table, name, value) for name, value in given.items())
+        values: dict[str, Any] = {}
+        for name, value in given.items():
+            column_name, normalized = self._value(table, name, value)
+            values[column_name] = normalized
         missing = [name for name in table.key_names if name not in values]
         if missing:
             raise QueryError("FAILED_PRECONDITION", f"Mutation for table {table.name} is missing key column(s): {', '.join(missing)}")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,10 @@ class ServerOptions:
     fsync: bool = False
 
 
-def _default_engine(clock: ServerClock, data_dir: Path | None, policy: Any) -> Any:
+def _default_engine(clock: ServerClock, data_dir: Path | None, policy: Any, fsync: bool = False) -> Any:
     from spanner_cdc.local_spanner.changestream.engine import ChangeStreamEngine
 
-    return ChangeStreamEngine(clock, data_dir, policy)
+    return ChangeStreamEngine(clock, data_dir, policy, fsync=fsync)
 
 
 class LocalSpannerServer:
@@ -60,7 +61,8 @@ class LocalSpannerServer:
             not_before = parse_timestamp(marked)
         self.clock = ServerClock(options.clock_start, options.clock_rate, not_before=not_before)
         # the engine keeps its change log in <data_dir>/changestreams/
-        self.engine = (engine_factory or _default_engine)(self.clock, options.data_dir, options.policy)
+        factory = engine_factory or partial(_default_engine, fsync=options.fsync)
+        self.engine = factory(self.clock, options.data_dir, options.policy)
         self.catalog.attach(self.clock, self.engine)
         if entries:
             log.info("restored %d journal entries from %s; server time continues at %s",

@@ -30,7 +30,7 @@ from google.cloud.spanner_v1.types import (
     RollbackRequest,
 )
 from google.cloud.spanner_v1.types import Transaction as TransactionPb
-from google.protobuf import empty_pb2, timestamp_pb2
+from google.protobuf import empty_pb2
 
 from spanner_cdc.local_spanner import sql, wire
 from spanner_cdc.local_spanner.batch_write import batch_write
@@ -55,17 +55,11 @@ from spanner_cdc.local_spanner.transactions import (
     Transaction,
     read_timestamp,
 )
-from spanner_cdc.local_spanner.values import pb_to_python
+from spanner_cdc.local_spanner.values import pb_timestamp, pb_to_python
 
 log = logging.getLogger(__name__)
 
 SERVICE = "google.spanner.v1.Spanner"
-
-
-def pb_timestamp(value: datetime) -> timestamp_pb2.Timestamp:
-    out = timestamp_pb2.Timestamp()
-    out.FromDatetime(value)
-    return out
 
 
 def abort(context: grpc.ServicerContext, error: Exception) -> None:

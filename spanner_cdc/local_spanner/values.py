@@ -7,11 +7,12 @@ import binascii
 import json
 import math
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Any
 
-from google.protobuf import struct_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from spanner_cdc.local_spanner.model import QueryError
 
@@ -35,6 +36,19 @@ def pb_to_python(value: struct_pb2.Value) -> Any:
     if kind == "struct_value":
         return {k: pb_to_python(v) for k, v in value.struct_value.fields.items()}
     return None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
+
+
+def pb_timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    """A datetime (naive = UTC) as a protobuf Timestamp; Timestamp.FromDatetime's result, for a fraction of its cost
+    (every commit answers with one)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    seconds, micros = divmod((value - _EPOCH) // _ONE_US, 1_000_000)
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=micros * 1000)
 
 
 def format_timestamp(value: datetime) -> str:
@@ -82,11 +96,29 @@ def _canonical_numeric(text: str) -> str:
     return "0" if formatted in ("-0", "") else formatted
 
 
+def _canonical_json(text: str) -> str:
+    # small values memoised: parsing and re-serialising is most of a JSON value's commit cost, and values repeat
+    return _canonical_small_json(text) if len(text) <= 1024 else _reserialised_json(text)
+
+
+def _reserialised_json(text: str) -> str:
+    return json.dumps(json.loads(text), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+_canonical_small_json = lru_cache(maxsize=4096)(_reserialised_json)
+
+
 def normalize(type_: dict[str, Any], value: Any, where: str) -> Any:
     """A value received on the wire (already pb_to_python'd) in change stream JSON encoding; raises QueryError."""
     if value is None:
         return None
     code = type_["code"]
+    # the commit path's common cases first: already canonical text of a STRING or an INT64
+    if type(value) is str:
+        if code == "STRING" and "_max_length" not in type_:
+            return value
+        if code == "INT64" and value.isascii() and value.isdigit() and value[0] != "0" and len(value) < 19:
+            return value
     try:
         if code == "ARRAY":
             if not isinstance(value, list):
@@ -133,7 +165,7 @@ def normalize(type_: dict[str, Any], value: Any, where: str) -> Any:
         if code == "NUMERIC":
             return _canonical_numeric(value)
         if code == "JSON":
-            return json.dumps(json.loads(value), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+            return _canonical_json(value)
     except QueryError:
         raise
     except (ValueError, TypeError, InvalidOperation, binascii.Error, OverflowError) as exc:

@@ -62,10 +62,20 @@ def column_types(table: TableInfo, present: Sequence[str]) -> list[dict[str, Any
 
 class ColumnTypesCache:
     """One shared column_types list per table version and column set: records share it (read-only),
-    which saves memory and lets the journal store it once."""
+    which saves memory and lets the journal store it once. Also the tracked columns per stream and table."""
 
     def __init__(self) -> None:
         self._lists: dict[tuple[int, tuple[str, ...]], tuple[TableInfo, list[dict[str, Any]]]] = {}
+        self._tracked: dict[tuple[int, int], tuple[StreamDef, TableInfo, tuple[str, ...]]] = {}
+
+    def tracked(self, stream: StreamDef, table: TableInfo) -> tuple[str, ...]:
+        """tracked_columns(stream, table), computed once per stream definition and table version."""
+        hit = self._tracked.get((id(stream), id(table)))
+        if hit is not None and hit[0] is stream and hit[1] is table:
+            return hit[2]
+        value = tracked_columns(stream, table)
+        self._tracked[(id(stream), id(table))] = (stream, table, value)
+        return value
 
     def get(self, table: TableInfo, present: tuple[str, ...]) -> list[dict[str, Any]]:
         hit = self._lists.get((id(table), present))
@@ -100,7 +110,7 @@ def build_transaction(
         table = tables.get(change.table)
         if table is None or not stream.tracks(change.table):
             continue
-        mod = build_mod(change, tracked_columns(stream, table), capture)
+        mod = build_mod(change, types.tracked(stream, table), capture)
         if mod is None:
             continue
         partition = route(key_hash(table.name, [change.keys.get(k) for k in table.key_columns]))

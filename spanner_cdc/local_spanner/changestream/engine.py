@@ -36,7 +36,9 @@ class ChangeStreamEngine:
     """Thread-safe. commit() must be called in commit timestamp order (the server's commit lock)
     for every commit, also those without tracked changes, so readers learn that time has passed."""
 
-    def __init__(self, clock: ServerClock, data_dir: Path | None = None, policy: PartitionPolicy | None = None) -> None:
+    def __init__(
+        self, clock: ServerClock, data_dir: Path | None = None, policy: PartitionPolicy | None = None, *, fsync: bool = False
+    ) -> None:
         self.clock = clock
         self.policy = policy or PartitionPolicy()
         self.cond = threading.Condition(threading.RLock())
@@ -53,7 +55,8 @@ class ChangeStreamEngine:
             self.policy, clock, self.frontier_locked, lambda: self._appended, self._write, self._changed_locked
         )
         if data_dir is not None:
-            self._journal = Journal(Path(data_dir) / "changestreams")
+            # --fsync: the change records of a commit reach the disk before it is answered, as its rows do
+            self._journal = Journal(Path(data_dir) / "changestreams", fsync=fsync)
             self._recover(self._journal)
 
     # ----------------------------------------------------------------- streams and schema

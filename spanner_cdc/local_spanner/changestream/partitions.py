@@ -8,6 +8,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 KEY_SPACE = 1 << 64
@@ -28,6 +29,12 @@ def from_us(value: int) -> datetime:
 
 def key_hash(table: str, key_values: Sequence[Any]) -> int:
     """Position of a row in the key space: the same (table, key) always lands in the same range."""
+    return _key_hash(table, tuple(key_values))
+
+
+@lru_cache(maxsize=1 << 16)
+def _key_hash(table: str, key_values: tuple[Any, ...]) -> int:
+    # cached: workloads write the same rows again and again (a key column has one type, so equal tuples hash alike)
     text = json.dumps([table, list(key_values)], separators=(",", ":"), sort_keys=True, default=str)
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -49,15 +50,15 @@ class PartitionPolicy:
             if value is not None and value <= timedelta(0):
                 raise ValueError(f"{name}={value}: expected a positive duration")
 
-    @property
+    @cached_property  # read on every commit
     def split_period_us(self) -> int:
         return _us(self.split_period)
 
-    @property
+    @cached_property
     def merge_idle_us(self) -> int | None:
         return None if self.merge_idle is None else _us(self.merge_idle)
 
-    @property
+    @cached_property
     def event_every_us(self) -> int | None:
         return None if self.event_every is None else _us(self.event_every)
 

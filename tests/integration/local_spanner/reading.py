@@ -1,13 +1,18 @@
-"""Test helper: read a change stream with the bare google-cloud-spanner client, every partition, as dicts."""
+"""Test helper: read a change stream with the bare google-cloud-spanner client, every partition, as dicts; compare with a ground truth."""
 
 from __future__ import annotations
 
+import json
 from collections import deque
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 from google.cloud.spanner_v1 import param_types
 from google.cloud.spanner_v1.data_types import JsonObject
+
+from spanner_cdc.devstack import workload
+from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME, comparable
 
 GOOGLESQL_QUERY = ("SELECT ChangeRecord FROM READ_{stream}(start_timestamp => @start, end_timestamp => @end, "
                    "partition_token => @token, heartbeat_milliseconds => @heartbeat)")
@@ -100,3 +105,31 @@ def mods(by_token: dict[str, list[dict[str, Any]]]) -> list[tuple[Any, ...]]:
         for r in data_records(by_token)
         for m in r["mods"]
     ]
+
+
+def truth_key(row: workload.GroundTruthRow) -> tuple[Any, ...]:
+    types = {c.name: c.type for c in (*TABLES_BY_NAME[row.table].keys, *TABLES_BY_NAME[row.table].values)}
+    return (
+        row.commit_timestamp,
+        row.table,
+        row.mod_type,
+        json.dumps({k: comparable(types[k], v) for k, v in row.keys.items()}, sort_keys=True, default=str),
+        json.dumps({k: comparable(types[k], v) for k, v in row.new_values.items()}, sort_keys=True, default=str),
+        json.dumps({k: comparable(types[k], v) for k, v in row.old_values.items()}, sort_keys=True, default=str),
+        row.transaction_tag,
+    )
+
+
+def record_keys(record: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
+    types = {c["name"]: c["type"] for c in record["column_types"]}
+    for mod in record["mods"]:
+        yield (
+            record["commit_timestamp"],
+            record["table_name"],
+            record["mod_type"],
+            *(
+                json.dumps({k: comparable(types[k], v) for k, v in mod[part].items()}, sort_keys=True, default=str)
+                for part in ("keys", "new_values", "old_values")
+            ),
+            record["transaction_tag"],
+        )

@@ -53,3 +53,29 @@ def test_a_failing_group_still_syncs_what_it_wrote(tmp_path: Path, fsyncs: list[
         catalog.append({"op": "a"})
         raise RuntimeError("refused after the write")
     assert len(fsyncs) == 1 and [e["op"] for e in Journal(tmp_path).entries()] == ["a"]
+
+
+def test_a_server_with_fsync_syncs_the_change_records_too_once_per_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.cloud.spanner_v1.types import Mutation
+
+    from spanner_cdc.local_spanner.catalog import Instance
+    from spanner_cdc.local_spanner.server import LocalSpannerServer, ServerOptions
+
+    synced: list[str] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))[1])
+    server = LocalSpannerServer(ServerOptions(data_dir=tmp_path, fsync=True))
+    catalog, db = server.catalog, "projects/p/instances/i/databases/d"
+    catalog.create_instance(Instance("projects/p/instances/i"))
+    catalog.create_database(db, 1, ["CREATE TABLE t (k INT64 NOT NULL) PRIMARY KEY (k)", "CREATE CHANGE STREAM s FOR ALL"])
+    groups = [[Mutation.pb()(insert={"table": "t", "columns": ["k"], "values": [{"values": [{"string_value": str(k)}]}]})]
+              for k in range(5)]
+    synced.clear()
+
+    outcomes = catalog.commit_groups(db, groups)
+
+    assert len(outcomes) == 5 and sorted(outcomes) == outcomes and len(set(outcomes)) == 5  # type: ignore[type-var]
+    assert sorted(Path(p).name for p in synced) == ["catalog.jsonl", "journal.jsonl"]
+    server.engine.close()
+    assert catalog.journal is not None
+    catalog.journal.close()
