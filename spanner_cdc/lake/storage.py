@@ -92,12 +92,11 @@ def read_bytes(location: str | Path) -> bytes | None:
         return None
 
 
-def write_bytes(location: str | Path, data: bytes, *, durable: bool = True) -> None:
+def write_bytes(location: str | Path, data: bytes) -> None:
     """Write a whole object so that readers see the old one or the whole new one, never a part.
 
     An object store's upload is visible only once complete; a local file is written under a hidden
-    name beside its destination, synced (unless not `durable`: a file only this run reads, whose loss
-    in a machine crash loses nothing the store has committed), then renamed over it.
+    name beside its destination, synced, then renamed over it.
     """
     if scheme_of(location) is None:
         path = Path(location)
@@ -105,9 +104,8 @@ def write_bytes(location: str | Path, data: bytes, *, durable: bool = True) -> N
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         with open(tmp, "wb") as handle:
             handle.write(data)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
         return
     filesystem(location).pipe_file(bare(location), data)

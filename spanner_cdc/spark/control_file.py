@@ -192,10 +192,8 @@ class ControlSummary:
 
     def write(self, location: str | Path) -> None:
         """Whole (a retried task attempt replaces the whole file, a reader never sees half of one), in the
-        lake's own storage: the executor and the driver share nothing else. Not synced (a disk flush per
-        token): the driver reads it in this run, before committing; a crash of the machine ends the run,
-        and the next run's attempt writes its own."""
-        storage.write_bytes(location, json.dumps(self.to_json(), sort_keys=True).encode(), durable=False)
+        lake's own storage: the executor and the driver share nothing else."""
+        storage.write_bytes(location, json.dumps(self.to_json(), sort_keys=True).encode())
 
     @classmethod
     def read(cls, location: str | Path) -> ControlSummary | None:
