@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError, setting
@@ -126,25 +127,19 @@ class RunSource:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._database: Any = None
-        self._dialect: str | None = None
         self._modes: dict[str, str] = {}
 
-    @property
+    @cached_property
     def database(self) -> Any:
-        if self._database is None:
-            from spanner_cdc.source.client import open_database
+        from spanner_cdc.source.client import open_database
 
-            self._database = open_database(self._settings)
-        return self._database
+        return open_database(self._settings)
 
-    @property
+    @cached_property
     def dialect(self) -> str:
-        if self._dialect is None:
-            from spanner_cdc.source.client import detect_dialect
+        from spanner_cdc.source.client import detect_dialect
 
-            self._dialect = detect_dialect(self.database, self._settings.dialect)
-        return self._dialect
+        return detect_dialect(self.database, self._settings.dialect)
 
     def partition_mode(self, stream: str) -> str:
         from spanner_cdc.source.partition_mode import detect_partition_mode

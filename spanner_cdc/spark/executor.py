@@ -183,11 +183,9 @@ class TableFiles:
         names = sorted(self.writers)
         paths = [self.destination(t) for t in names]
         scratches = [self.writers[t][1] for t in names]
-        if len(names) > 1:  # each publish waits on a disk flush (or an upload): wait on them together
-            with ThreadPoolExecutor(max_workers=min(len(names), PUBLISH_THREADS)) as pool:
-                sizes = list(pool.map(storage.put_file, scratches, paths))
-        else:
-            sizes = [storage.put_file(scratch, path) for scratch, path in zip(scratches, paths, strict=True)]
+        # each publish waits on a disk flush (or an upload): wait on them together
+        with ThreadPoolExecutor(max_workers=max(1, min(len(names), PUBLISH_THREADS))) as pool:
+            sizes = list(pool.map(storage.put_file, scratches, paths))
         self.writers.clear()
         return pa.RecordBatch.from_arrays(
             [
