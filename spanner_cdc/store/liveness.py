@@ -20,6 +20,7 @@ LIVENESS_LOCK_CLASS = 0x5C0C_0A11
 NEXT_KEY = sa.text("SELECT nextval('cdc_liveness_keys')")
 TRY_LOCK = sa.text(f"SELECT pg_try_advisory_lock({LIVENESS_LOCK_CLASS}, CAST(:key AS integer))")
 UNLOCK = sa.text(f"SELECT pg_advisory_unlock({LIVENESS_LOCK_CLASS}, CAST(:key AS integer))")
+UNLOCK_ALL = sa.text("SELECT pg_advisory_unlock_all()")
 PING = sa.text("SELECT 1")
 # A claim trusts a connection checked this recently instead of a round trip per claim: if it died
 # since, the claim's tokens look dead until keep_alive re-takes the lock, and a takeover meanwhile
@@ -79,8 +80,14 @@ class Liveness:
                     self._drop()  # a lost connection released the lock already
 
     def close(self) -> None:
+        """Unlock before closing: a closed socket frees the locks only when its backend has exited, later."""
         with self._mutex:
             self._keys.clear()
+            if self._conn is not None:
+                try:
+                    self._conn.execute(UNLOCK_ALL)
+                except sa.exc.DBAPIError:
+                    pass  # a lost connection released the locks already
             self._drop()
 
     def _connection(self, *, recheck: bool = True) -> Connection:

@@ -141,11 +141,14 @@ def test_expire_leases_releases_a_dead_runs_tokens_and_says_why(store: MetadataS
 
 
 def test_closing_the_store_frees_what_its_owner_still_holds(store: MetadataStore) -> None:
+    """Freed when close returns, not when the closed session's backend gets round to exiting."""
     lineage_id = new_lineage(store, ("a",))
     url = store._db.engine.url.render_as_string(hide_password=False)
     with MetadataStore.connect(url) as other:
         [claim] = other.claim(lineage_id, window_end=W1, owner="leaving", lease=LEASE)
+        key = other._liveness.key("leaving")
         assert store.claim(lineage_id, window_end=W1, owner="next", lease=LEASE) == []
+    assert lock_holders(store, key) == []
     [taken] = store.claim(lineage_id, window_end=W1, owner="next", lease=LEASE)
     assert (taken.token, taken.attempt) == ("a", 2)
 
