@@ -13,19 +13,18 @@ STALE = (
     "(lease_expires_at < clock_timestamp() "
     "OR (state = 'RUNNING' AND liveness_key IN (SELECT liveness_key FROM dead)))"
 )
+HOLDER_DIED = "its run died (liveness lock free)"
+LEASE_EXPIRED = "lease expired"
 NOT_OWN = "AND liveness_key IS DISTINCT FROM CAST(:liveness_key AS integer)"
 # The tokens of a CTE as an index condition on the primary key: joined by token alone, a lineage the planner has
 # no statistics for yet (just bootstrapped, or grown since the last ANALYZE) is estimated at one row and the
 # join becomes a scan of the whole lineage per picked token, quadratic in the window's partitions.
 BY_KEY = "AND {alias}.token = ANY(ARRAY(SELECT token FROM {cte}))"
-# For the statements that join a set of picked tokens back to their rows (claim, schedule, the batches):
-# without statistics for a fresh lineage, the planner estimates a CTE of 10,000 tokens at one row and
-# joins it by nested loop, 10,000 x 10,000 comparisons (160 s to claim a 10,000-token window); a hash join
-# takes ~1 s. SET LOCAL lasts until the transaction ends.
-NO_NESTED_LOOPS = sa.text("SET LOCAL enable_nestloop = off")
 # A claim takes tokens whose next read starts inside the window (rules.needs_read as a range scan on
 # cdc_partitions_claimable), least landed first, plus any stale ones. `stale` and `fresh` pick
-# disjoint states so no row is picked twice. `dead` is MATERIALIZED so each key is probed once.
+# disjoint states so no row is picked twice. `dead` is MATERIALIZED so each key is probed once. `expired` ends
+# the attempts taken over from a RUNNING holder, saying why (its lease expired or its run died); its rows are
+# the previous attempts, never the ones `recorded` inserts. Run on the batch engine (database.BATCH_SESSION_OPTIONS).
 CLAIM = """
 WITH dead AS MATERIALIZED ({dead_keys}), stale AS (
     SELECT token, attempts AS previous_attempt, state AS previous_state, read_from,
@@ -56,6 +55,13 @@ WITH dead AS MATERIALIZED ({dead_keys}), stale AS (
 ), recorded AS (
     INSERT INTO cdc_attempts (lineage_id, token, attempt, owner, window_end, read_from, watermark_before)
     SELECT :lineage_id, token, attempts, :owner, CAST(:window_end AS timestamptz), read_from, watermark FROM claimed
+), expired AS (
+    UPDATE cdc_attempts a SET outcome = 'EXPIRED', ended_at = clock_timestamp(),
+        error = CASE WHEN c.holder_died THEN '{holder_died}' ELSE '{lease_expired}' END || '; reclaimed by ' || CAST(:owner AS text)
+    FROM claimed c
+    WHERE a.lineage_id = :lineage_id AND a.token = c.token AND a.attempt = c.previous_attempt
+      AND c.previous_state = 'RUNNING' AND a.outcome = 'RUNNING'
+      AND a.token = ANY(ARRAY(SELECT token FROM claimed WHERE previous_state = 'RUNNING'))
 )
 SELECT token, partition_start, watermark, attempts, lease_expires_at, previous_attempt, previous_state, holder_died
 FROM claimed ORDER BY read_from, token
@@ -68,6 +74,8 @@ CLAIM_ANY = sa.text(
         fresh_states="'READY'",
         only_named="",
         by_key=BY_KEY.format(alias="p", cte="picked"),
+        holder_died=HOLDER_DIED,
+        lease_expired=LEASE_EXPIRED,
     )
 )
 # A task naming its tokens may take them from SCHEDULED too; then only stale RUNNING ones are stale.
@@ -79,15 +87,10 @@ CLAIM_NAMED = sa.text(
         fresh_states="'READY', 'SCHEDULED'",
         only_named="AND token = ANY(CAST(:named AS text[]))",
         by_key=BY_KEY.format(alias="p", cte="picked"),
+        holder_died=HOLDER_DIED,
+        lease_expired=LEASE_EXPIRED,
     ),
 )
-# One primary-key update per reclaimed token; a join here gets planned as a scan of every attempt.
-EXPIRE_ATTEMPT = sa.text(
-    "UPDATE cdc_attempts SET outcome = 'EXPIRED', ended_at = clock_timestamp(), error = :error "
-    "WHERE lineage_id = :lineage_id AND token = :token AND attempt = :attempt AND outcome = 'RUNNING'"
-)
-HOLDER_DIED = "its run died (liveness lock free)"
-LEASE_EXPIRED = "lease expired"
 SCHEDULE = sa.text(
     f"""
     WITH picked AS (

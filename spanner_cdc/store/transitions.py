@@ -16,18 +16,7 @@ from spanner_cdc.store.base import utc, utc_required
 from spanner_cdc.store.batches import BatchTransitions, lease_lost
 from spanner_cdc.store.liveness import Liveness
 from spanner_cdc.store.models import Claim, Completion, ManifestFile
-from spanner_cdc.store.transition_sql import (
-    CLAIM_ANY,
-    CLAIM_NAMED,
-    EXPIRE,
-    EXPIRE_ATTEMPT,
-    FAIL,
-    HOLDER_DIED,
-    LEASE_EXPIRED,
-    NO_NESTED_LOOPS,
-    RENEW,
-    SCHEDULE,
-)
+from spanner_cdc.store.transition_sql import CLAIM_ANY, CLAIM_NAMED, EXPIRE, FAIL, RENEW, SCHEDULE
 
 log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000
@@ -75,15 +64,8 @@ class PartitionTransitions(BatchTransitions):
             "liveness_key": self._liveness.key(owner) if liveness else None,
         }
 
-        def body(conn: Connection) -> Sequence[sa.Row[Any]]:
-            conn.execute(NO_NESTED_LOOPS)
-            rows = conn.execute(statement, params).all()
-            reclaimed = _reclaimed_attempts(rows, lineage_id, owner)
-            if reclaimed:
-                conn.execute(EXPIRE_ATTEMPT, reclaimed)
-            return rows
-
-        rows = self._db.transaction(body)
+        # one statement (claims, their attempts, the attempts taken over): its own transaction, one round trip
+        rows = self._db.statement(lambda conn: conn.execute(statement, params).all())
         return [_claim_of(r, lineage_id, owner) for r in rows]
 
     def schedule(
@@ -99,11 +81,7 @@ class PartitionTransitions(BatchTransitions):
             "limit": limit,
         }
 
-        def body(conn: Connection) -> Sequence[sa.Row[Any]]:
-            conn.execute(NO_NESTED_LOOPS)
-            return conn.execute(SCHEDULE, params).all()
-
-        return sorted(r.token for r in self._db.transaction(body))
+        return sorted(r.token for r in self._db.statement(lambda conn: conn.execute(SCHEDULE, params).all()))
 
     def renew(self, claim: Claim, lease: timedelta) -> Claim:
         """Extend a held lease; LeaseLost when the token is no longer ours."""
@@ -165,20 +143,6 @@ class PartitionTransitions(BatchTransitions):
                 raise lease_lost(conn, claim, "fail")
 
         self._db.transaction(body)
-
-
-def _reclaimed_attempts(rows: Sequence[sa.Row[Any]], lineage_id: int, owner: str) -> list[dict[str, Any]]:
-    """The attempts a claim took over from a RUNNING holder, ended with why: its lease expired or its run died."""
-    return [
-        {
-            "lineage_id": lineage_id,
-            "token": r.token,
-            "attempt": r.previous_attempt,
-            "error": f"{HOLDER_DIED if r.holder_died else LEASE_EXPIRED}; reclaimed by {owner}",
-        }
-        for r in rows
-        if r.previous_state == rules.State.RUNNING
-    ]
 
 
 def _claim_of(r: sa.Row[Any], lineage_id: int, owner: str) -> Claim:
