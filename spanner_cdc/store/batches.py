@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 from sqlalchemy.engine import Connection, Row
 
 from spanner_cdc.lineage import rules
@@ -40,20 +40,28 @@ def _one_lineage(claims: Sequence[Claim]) -> int:
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _micros(value: datetime | None, name: str) -> int | None:
-    """Microseconds since the epoch: exact, and ~7x cheaper to send than an ISO text (see batch_sql.LAND_MANY)."""
+def _micros(value: datetime | None, name: str, seen: dict[datetime, int]) -> int | None:
+    """Microseconds since the epoch: exact, and ~7x cheaper to send than an ISO text (see batch_sql.LAND_MANY).
+
+    `seen` keeps those already computed in this batch (its window bounds recur in every file): a lookup is a
+    quarter of the arithmetic. A naive value never equals an aware one, so it is never found there.
+    """
     if value is None:
         return None
-    try:
-        return (value - EPOCH) // rules.ONE_MICROSECOND
-    except TypeError:
-        raise ValueError(f"{name} must be a timezone-aware datetime, got naive {value.isoformat()}") from None
+    micros = seen.get(value)
+    if micros is None:
+        try:
+            micros = seen[value] = (value - EPOCH) // rules.ONE_MICROSECOND
+        except TypeError:
+            raise ValueError(f"{name} must be a timezone-aware datetime, got naive {value.isoformat()}") from None
+    return micros
 
 
 def _land_params(lineage_id: int, items: Sequence[Completion]) -> dict[str, object]:
     """The completions and their files as two JSON arrays; each file checked to belong to its own token."""
     batch: list[dict[str, object]] = []
     manifest: list[dict[str, object]] = []
+    seen: dict[datetime, int] = {}
     for item in items:
         claim = item.claim
         rules.require_utc(item.watermark, "watermark")
@@ -62,14 +70,14 @@ def _land_params(lineage_id: int, items: Sequence[Completion]) -> dict[str, obje
                 raise ValueError(f"manifest file {file.path} belongs to token {file.token}, not {claim.token}")
         # a path given twice keeps its last entry (upsert by path)
         unique = list({file.path: file for file in item.files}.values())
-        default_start = _micros(item.window_start, "window_start")
-        default_end = _micros(item.window_end, "window_end")
+        default_start = _micros(item.window_start, "window_start", seen)
+        default_end = _micros(item.window_end, "window_end", seen)
         manifest += [
             {
-                "token": f.token, "path": f.path, "range_start": _micros(f.range_start, "range_start"),
-                "range_end": _micros(f.range_end, "range_end"),
-                "window_start": default_start if f.window_start is None else _micros(f.window_start, "window_start"),
-                "window_end": default_end if f.window_end is None else _micros(f.window_end, "window_end"),
+                "token": f.token, "path": f.path, "range_start": _micros(f.range_start, "range_start", seen),
+                "range_end": _micros(f.range_end, "range_end", seen),
+                "window_start": default_start if f.window_start is None else _micros(f.window_start, "window_start", seen),
+                "window_end": default_end if f.window_end is None else _micros(f.window_end, "window_end", seen),
                 "rows": f.rows, "bytes": f.bytes, "table_name": f.table_name,
             }
             for f in unique
@@ -78,12 +86,14 @@ def _land_params(lineage_id: int, items: Sequence[Completion]) -> dict[str, obje
         batch.append(
             {
                 "token": claim.token, "owner": claim.owner, "attempt": claim.attempt,
-                "watermark": _micros(item.watermark, "watermark"), "finished": item.finished,
-                "partition_end": _micros(end, "child partitions start_timestamp"),
+                "watermark": _micros(item.watermark, "watermark", seen), "finished": item.finished,
+                "partition_end": _micros(end, "child partitions start_timestamp", seen),
                 "records": item.records, "files": len(unique),
             }
         )  # fmt: skip
-    return {"lineage_id": lineage_id, "batch": json.dumps(batch), "manifest": json.dumps(manifest)}
+    # msgspec writes the same JSON several times faster than json.dumps; text, so the driver sends no bytea
+    encode = msgspec.json.encode
+    return {"lineage_id": lineage_id, "batch": encode(batch).decode(), "manifest": encode(manifest).decode()}
 
 
 def lease_lost(conn: Connection, claim: Claim, action: str) -> LeaseLost:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 import pytest
 import sqlalchemy as sa
@@ -105,6 +105,18 @@ def test_a_batch_refuses_naive_file_timestamps(store: MetadataStore) -> None:
     with pytest.raises(ValueError, match="range_start must be a timezone-aware"):
         store.complete_many([Completion(a, W1 - US, False, files=(naive,))])
     assert by_token(store, lineage_id)["a"].state is State.RUNNING
+
+
+def test_a_batch_sends_each_file_timestamp_exactly_whichever_zone_and_however_often(store: MetadataStore) -> None:
+    lineage_id = new_lineage(store, ("a",))
+    [a] = store.claim(lineage_id, window_end=W1, owner="w", lease=LEASE)
+    berlin = timezone(timedelta(hours=1))
+    # one instant written in two zones, and instants one microsecond apart: each file keeps its own
+    ends = {"x": W1 - US, "y": (W1 - US).astimezone(berlin), "z": W1 - 2 * US}
+    files = tuple(ManifestFile(f"lake/a/{n}.parquet", "a", T0 + US, end, T0, W1, 1, 1) for n, end in ends.items())
+    assert store.complete_many([Completion(a, W1 - US, False, files=files)]).landed == ("a",)
+    got = {f.path: (f.range_start, f.range_end) for f in store.manifest(lineage_id)}
+    assert got == {f"lake/a/{n}.parquet": (T0 + US, end) for n, end in ends.items()}
 
 
 def test_a_batch_refuses_mixed_lineages_repeated_tokens_and_foreign_files(store: MetadataStore) -> None:
