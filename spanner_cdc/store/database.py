@@ -63,7 +63,9 @@ def _reason(exc: BaseException) -> str:
 
 
 def _pgcode(exc: BaseException) -> str | None:
-    return getattr(getattr(exc, "orig", None), "pgcode", None)
+    """The SQLSTATE of a driver error: psycopg2 names it `pgcode`, psycopg 3 `sqlstate`."""
+    orig = getattr(exc, "orig", None)
+    return getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
 
 
 class Database:

@@ -1,9 +1,10 @@
+import psycopg
 import psycopg2
 import pytest
 import sqlalchemy as sa
 
 from spanner_cdc.errors import SchemaOutdated, StoreError, StoreUnreachable
-from spanner_cdc.store.database import Database, _reason, display_url, normalise_url
+from spanner_cdc.store.database import RETRYABLE_PGCODES, Database, _pgcode, _reason, display_url, normalise_url
 
 
 def test_display_url_hides_the_password() -> None:
@@ -53,6 +54,16 @@ def test_translate_maps_driver_errors_to_project_errors() -> None:
     other = db.translate(sa.exc.DataError("SELECT", {}, Other("invalid datetime")))
     assert type(other) is StoreError
     assert "invalid datetime" in str(other)
+    db.dispose()
+
+
+def test_psycopg_3_errors_are_known_by_their_sqlstate() -> None:
+    """psycopg 3 has no `pgcode`: without its `sqlstate` a deadlock was not retried, a missing schema not named."""
+    db = Database("postgresql+psycopg://bob:pw@127.0.0.1:1/x")
+    missing = db.translate(sa.exc.ProgrammingError("SELECT", {}, psycopg.errors.UndefinedTable('relation "x" does not exist')))
+    assert isinstance(missing, SchemaOutdated)
+    deadlock = sa.exc.OperationalError("UPDATE", {}, psycopg.errors.DeadlockDetected("deadlock detected"))
+    assert _pgcode(deadlock) in RETRYABLE_PGCODES  # so Database.transaction runs it again
     db.dispose()
 
 
