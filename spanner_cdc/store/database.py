@@ -36,6 +36,10 @@ SESSION_OPTIONS = "-c timezone=UTC"
 # to claim a 10,000-token window); a hash join takes ~1 s. A session setting, not a SET LOCAL per transaction:
 # one round trip less each time, and nothing else runs on these sessions.
 BATCH_SESSION_OPTIONS = f"{SESSION_OPTIONS} -c enable_nestloop=off"
+# A pooler in transaction mode (PgBouncer) drops or shares session settings: psycopg2, which binds on the
+# client, also sends each batch statement behind this SET LOCAL in the same message (one transaction, no
+# round trip more). psycopg 3 binds on the server, where a message holds one statement: the option only.
+NO_NESTED_LOOPS = "SET LOCAL enable_nestloop = off; "
 # A batch session back in the pool this recently is used without a ping (one round trip less per call): one
 # that died since fails its statement (StoreUnreachable), and a transaction that had not committed is re-run.
 IDLE_PING_S = 1.0
@@ -98,6 +102,8 @@ class Database:
         """Sessions for the set-based transitions (see BATCH_SESSION_OPTIONS), pinged only after IDLE_PING_S."""
         engine = self._engine(BATCH_SESSION_OPTIONS, pre_ping=False)
         _ping_when_idle(engine)
+        if engine.dialect.driver == "psycopg2":
+            event.listen(engine, "before_cursor_execute", _without_nested_loops, retval=True)
         return engine
 
     def ping(self) -> None:
@@ -176,6 +182,12 @@ def _autocommit(conn: Connection, body: Callable[[Connection], T]) -> T:
     finally:
         if not conn.invalidated:
             dbapi.autocommit = False
+
+
+def _without_nested_loops(
+    conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
+) -> tuple[str, Any]:
+    return NO_NESTED_LOOPS + statement, parameters
 
 
 def _ping_when_idle(engine: Engine) -> None:

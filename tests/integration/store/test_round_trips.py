@@ -51,6 +51,33 @@ def test_batch_sessions_plan_without_nested_loops_and_the_others_with(store: Met
             assert conn.exec_driver_sql("SHOW enable_nestloop").scalar_one() == "on"
 
 
+def test_psycopg2_plans_each_batch_statement_without_nested_loops_whatever_the_session_says(
+    store: MetadataStore,
+) -> None:
+    """As behind a pooler in transaction mode, whose server sessions never saw the startup option."""
+    if store._db.engine.dialect.driver != "psycopg2":
+        pytest.skip("psycopg 3 binds on the server: one statement per message, the session option only")
+    with fresh(store) as other:
+        assert session_setting(other, "SET enable_nestloop = on") is None
+        planned = other._db.statement(lambda conn: conn.exec_driver_sql("SHOW enable_nestloop").scalar_one())
+        assert planned == "off"
+        got = other._db.transaction(lambda conn: conn.exec_driver_sql("SHOW enable_nestloop").scalar_one(), batch=True)
+        assert got == "off"
+        assert session_setting(other, "SHOW enable_nestloop") == "on"  # SET LOCAL: nothing left on the session
+
+
+def session_setting(store: MetadataStore, sql: str) -> str | None:
+    """Run `sql` on the pooled batch session through the driver alone (no SQLAlchemy event), committed."""
+    with store._db.batch_engine.connect() as conn:
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        cursor = dbapi.cursor()
+        cursor.execute(sql)
+        row = cursor.fetchone() if cursor.description else None
+        dbapi.commit()
+        return None if row is None else str(row[0])
+
+
 def test_a_claim_and_a_plain_landing_are_one_statement_each(store: MetadataStore) -> None:
     lineage_id = new_lineage(store, ("a", "b"))
     with fresh(store) as run:
