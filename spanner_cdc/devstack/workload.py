@@ -193,22 +193,23 @@ def _run_batched(
     """Transactions are planned in order against the view, each placed in the first open request after every open
     request holding one of its rows: the groups of one request touch disjoint rows, so they commute (Spanner may apply
     them in any order), and every row's changes commit in plan order (transactions over disjoint rows may commit out
-    of plan order). Requests are sent in order, each once the previous one answered; the next ones fill meanwhile."""
+    of plan order). Requests are sent in order, each once the previous one answered; the next ones fill meanwhile, and
+    a request's ground truth is written while the server commits the next one."""
     opened: list[tuple[list[_Planned], set[RowKey]]] = []
     requests = 0
     writer = BatchWriter(database)
-    in_flight: Future[list[datetime]] | None = None
+    in_flight: tuple[Future[list[datetime]], list[_Planned], str] | None = None
 
     def send_first() -> None:
         nonlocal in_flight, requests
         pending, _ = opened.pop(0)
         tag = "" if requests % 7 == 3 else f"app=workload,seed={seed},batch={requests}"
         request = _request(writer, pending, tag)
-        if in_flight is not None:
-            in_flight.result()
+        answered = _answered(in_flight)
         pace.wait_for(max(index for index, _, _ in pending))
-        in_flight = sender.submit(_send_batch, writer, request, pending, out, stats, tag)
+        in_flight = (sender.submit(_send_batch, writer, request, len(pending)), pending, tag)
         requests += 1
+        _log_request(out, stats, answered)
 
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="workload-batch") as sender:
@@ -226,10 +227,27 @@ def _run_batched(
                     send_first()
             while opened:
                 send_first()
-            if in_flight is not None:
-                in_flight.result()
+            _log_request(out, stats, _answered(in_flight))
     finally:
         writer.close()
+
+
+_Answered = tuple[list[datetime], list[_Planned], str]  # a request's commit timestamps, its transactions, its tag
+
+
+def _answered(in_flight: tuple[Future[list[datetime]], list[_Planned], str] | None) -> _Answered | None:
+    """Wait for the request in flight (None: there is none): its commit timestamps with what it committed."""
+    if in_flight is None:
+        return None
+    future, pending, tag = in_flight
+    return future.result(), pending, tag
+
+
+def _log_request(out: TextIO, stats: WorkloadStats, answered: _Answered | None) -> None:
+    if answered is not None:
+        committed, pending, tag = answered
+        for commit_ts, (index, writes, befores) in zip(committed, pending, strict=True):
+            _log_transaction(out, stats, commit_ts, writes, befores, tag, index)
 
 
 def _request(writer: BatchWriter, pending: list[_Planned], tag: str) -> Any:
@@ -243,28 +261,26 @@ def _request(writer: BatchWriter, pending: list[_Planned], tag: str) -> Any:
     return request
 
 
-def _send_batch(
-    writer: BatchWriter, request: Any, pending: list[_Planned], out: TextIO, stats: WorkloadStats, tag: str
-) -> list[datetime]:
+def _send_batch(writer: BatchWriter, request: Any, groups: int) -> list[datetime]:
+    """Send one request; the commit timestamp of each of its `groups` mutation groups, in request order."""
     committed: dict[int, datetime] = {}
     for outcome in writer.send(request):
         if outcome.code:
             raise SpannerCdcError(f"a workload transaction was refused by BatchWrite: {outcome.message}")
         if outcome.commit_timestamp is not None:
             committed.update((i, outcome.commit_timestamp) for i in outcome.indexes)
-    for position, (index, writes, befores) in enumerate(pending):
-        if position not in committed:
-            raise SpannerCdcError("BatchWrite reported no commit timestamp for a workload transaction")
-        _log_transaction(out, stats, committed[position], writes, befores, tag, index)
-    return [committed[p] for p in range(len(pending))]
+    if any(position not in committed for position in range(groups)):
+        raise SpannerCdcError("BatchWrite reported no commit timestamp for a workload transaction")
+    return [committed[position] for position in range(groups)]
 
 
 def _log_transaction(
     out: TextIO, stats: WorkloadStats, commit_ts: datetime, writes: list[_Write], befores: list[dict[str, Any] | None],
     tag: str, index: int,
 ) -> None:
+    stamp = commit_ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     for write, before in zip(writes, befores, strict=True):
-        out.write(json.dumps(_truth_line(commit_ts, write, before, tag, index), separators=(",", ":")) + "\n")
+        out.write(json.dumps(_truth_line(stamp, write, before, tag, index), separators=(",", ":")) + "\n")
         stats.count(write.mod_type)
     stats.transactions += 1
     stats.first_commit = min(stats.first_commit or commit_ts, commit_ts)
@@ -374,7 +390,7 @@ def _apply_to_view(rows: dict[RowKey, dict[str, Any]], write: _Write) -> dict[st
 
 
 def _truth_line(
-    commit_ts: datetime, write: _Write, before: dict[str, Any] | None, tag: str, index: int
+    commit_timestamp: str, write: _Write, before: dict[str, Any] | None, tag: str, index: int
 ) -> dict[str, Any]:
     keys = {c.name: v for c, v in zip(write.table.keys, write.encoded_key, strict=True)}
     new_values = dict(zip(write.columns, write.encoded, strict=True))
@@ -385,7 +401,7 @@ def _truth_line(
     else:
         old_values = {}
     return {
-        "commit_timestamp": commit_ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "commit_timestamp": commit_timestamp,
         "table": write.table.name,
         "mod_type": write.mod_type,
         "keys": keys,
