@@ -59,9 +59,16 @@ class Journal:
             self.sync()
 
     def sync(self) -> None:
+        self.flush()
+        self.to_disk()
+
+    def flush(self) -> None:
         with self._lock:
             self._file.flush()
-            if self.fsync:
+
+    def to_disk(self) -> None:
+        if self.fsync:
+            with self._lock:
                 os.fsync(self._file.fileno())
 
     def close(self) -> None:

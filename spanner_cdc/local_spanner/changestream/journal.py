@@ -27,7 +27,7 @@ class Journal:
     def __init__(self, directory: Path, *, fsync: bool = False) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / JOURNAL_NAME
-        self._fsync = fsync
+        self.fsync = fsync
         self._good_size: int | None = None  # bytes of whole entries, known once replayed
         self._file: BinaryIO | None = None
 
@@ -56,10 +56,16 @@ class Journal:
             self.sync()
 
     def sync(self) -> None:
+        self.flush()
+        self.to_disk()
+
+    def flush(self) -> None:
         if self._file is not None:
             self._file.flush()
-            if self._fsync:
-                os.fsync(self._file.fileno())
+
+    def to_disk(self) -> None:
+        if self._file is not None and self.fsync:
+            os.fsync(self._file.fileno())
 
     def _open(self) -> None:
         if self._good_size is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,28 @@ def test_one_fsync_per_journal_per_group(tmp_path: Path, fsyncs: list[int]) -> N
     assert len(fsyncs) == 2
     assert [e["n"] for e in catalog.entries()] == list(range(5))
     assert len(list(ChangeJournal(tmp_path / "b").replay())) == 10
+
+
+def test_a_groups_journals_are_flushed_in_order_then_fsynced_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog, changes = Journal(tmp_path / "a", fsync=True), ChangeJournal(tmp_path / "b", fsync=True)
+    both_in_fsync = threading.Barrier(2, timeout=30)  # broken (and the group fails) if the fsyncs ran one after the other
+    events: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        events.append("fsync " + Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        both_in_fsync.wait()
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    for journal, name in ((catalog, "catalog.jsonl"), (changes, "journal.jsonl")):
+        monkeypatch.setattr(journal, "flush", lambda j=journal, n=name: (events.append("flush " + n), type(j).flush(j))[0])
+    with group_commit():
+        catalog.append({"op": "commit"})
+        changes.write({"op": "commit"})
+    assert events[:2] == ["flush catalog.jsonl", "flush journal.jsonl"]
+    assert sorted(events[2:]) == ["fsync catalog.jsonl", "fsync journal.jsonl"]
+    assert [e["op"] for e in Journal(tmp_path / "a").entries()] == ["commit"]
 
 
 def test_outside_a_group_every_entry_is_synced_before_the_call_returns(tmp_path: Path, fsyncs: list[int]) -> None:
