@@ -342,11 +342,12 @@ class Catalog:
         assert self.clock is not None
         db = database.name
         commit_ts = self.clock.next_commit_timestamp()
+        stamp = format_timestamp(commit_ts)  # once: the rows' commit timestamp columns and the journal
         changes = prepared or MutationSet(database.schema, database.data)
         try:
             if check is not None:
                 check(database)
-            changes.set_commit_timestamp(format_timestamp(commit_ts))
+            changes.set_commit_timestamp(stamp)
             changes.apply(mutations)
         except QueryError:
             self._pass_time(db, [commit_ts])
@@ -354,7 +355,7 @@ class Catalog:
         writes = changes.writes()
         if writes:
             # journal before the engine: a crash in between loses a change record, never reorders time
-            self._record({"op": "commit", "db": db, "ts": format_timestamp(commit_ts),
+            self._record({"op": "commit", "db": db, "ts": stamp,
                           "writes": [[table, list(key), row] for table, key, row in writes]})
         if self.engine is not None:
             self.engine.commit(db, commit_ts, self._next_transaction_id(), transaction_tag, changes.changes())
