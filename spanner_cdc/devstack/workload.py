@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
+
+import msgspec
 
 from spanner_cdc.cli.commands._flags import add_spanner_flags
 from spanner_cdc.devstack.workload_schema import (
@@ -280,11 +283,34 @@ def _log_transaction(
 ) -> None:
     stamp = commit_ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     for write, before in zip(writes, befores, strict=True):
-        out.write(json.dumps(_truth_line(stamp, write, before, tag, index), separators=(",", ":")) + "\n")
+        out.write(_truth_text(_truth_line(stamp, write, before, tag, index)))
         stats.count(write.mod_type)
     stats.transactions += 1
     stats.first_commit = min(stats.first_commit or commit_ts, commit_ts)
     stats.last_commit = max(stats.last_commit or commit_ts, commit_ts)
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _truth_text(line: dict[str, Any]) -> str:
+    """One ground-truth JSON line: msgspec's (a tenth of json's time) unless a value is a non-finite float, which
+    msgspec would write as null where json writes NaN or Infinity."""
+    if all(_finite(line[part].values()) for part in ("keys", "new_values", "old_values")):
+        try:
+            return _encode(line).decode("utf-8") + "\n"
+        except (TypeError, OverflowError):
+            pass
+    return json.dumps(line, separators=(",", ":")) + "\n"
+
+
+def _finite(values: Iterable[Any]) -> bool:
+    for value in values:
+        if type(value) is float and not math.isfinite(value):
+            return False
+        if type(value) is list and not _finite(value):
+            return False
+    return True
 
 
 def load_ground_truth(path: Path) -> list[GroundTruthRow]:
