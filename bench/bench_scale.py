@@ -30,6 +30,7 @@ from bench.extract_support import (
 )
 from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.settings import Settings
+from spanner_cdc.spark.fast_start import CACHE_ENV
 
 COMMAND = "python -m bench.bench_scale"
 TARGET = 3.0  # extract end to end <= 3x the sum of the bare drains of the window's partitions (issue 15)
@@ -50,7 +51,8 @@ def _bare_drains(database: Any, start: datetime, end: datetime) -> tuple[int, in
     return len(roots), records, time.perf_counter() - began
 
 
-def bench_scale(base: Settings, partitions: int, transactions: int, rounds: int, tmp: Path, bulk_mods: int = 0) -> list[dict[str, Any]]:
+def bench_scale(base: Settings, partitions: int, transactions: int, rounds: int, tmp: Path, bulk_mods: int = 0,
+                caches: Sequence[str] = ("on",)) -> list[dict[str, Any]]:  # fmt: skip
     from spanner_cdc.source.client import stream_metadata
 
     results = []
@@ -62,17 +64,18 @@ def bench_scale(base: Settings, partitions: int, transactions: int, rounds: int,
             end, expected = window_after(bulk_rows(database, bulk_mods, per_transaction=BULK_PER_COMMIT)), bulk_mods
         else:  # ids spread over the key space: every partition gets a few rows
             end, expected = window_after(write_orders(database, transactions, lines=1, spread=2**62 // transactions)), 2 * transactions
-        for round_ in range(rounds):
+        for round_, cache in ((r, c) for r in range(rounds) for c in caches):
             count, records, bare_s = _bare_drains(database, created, end)
             settings = dataclasses.replace(
-                base, database=database.database_id, emulator_host=server.host, spark_master="local[2]", namespace=f"s{round_}",
+                base, database=database.database_id, emulator_host=server.host, spark_master="local[2]", namespace=f"s{round_}{cache}",
             )  # fmt: skip
+            env = {"PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell", **({CACHE_ENV: "off"} if cache == "off" else {})}
             began = time.perf_counter()
-            summary, peaks = extract_with_memory(settings, created, end, PYSPARK_SUBMIT_ARGS="--driver-memory 1g pyspark-shell")
+            summary, peaks = extract_with_memory(settings, created, end, **env)
             extract_s = time.perf_counter() - began
             if not summary["complete"] or summary["records"] != expected:
                 raise SystemExit(f"round {round_}: the extract landed {summary['records']} rows (complete: {summary['complete']})")
-            results.append({"partitions": count, "records": records, "bare_s": bare_s, "extract_s": extract_s,
+            results.append({"partitions": count, "records": records, "bare_s": bare_s, "extract_s": extract_s, "cache": cache,
                             "ratio": extract_s / bare_s, "tokens": summary["tokens"], "peaks": peaks})  # fmt: skip
     return results
 
@@ -80,10 +83,15 @@ def bench_scale(base: Settings, partitions: int, transactions: int, rounds: int,
 def report(results: list[dict[str, Any]], target: float = TARGET) -> None:
     print(f"{COMMAND}: one run, one machine, side by side")
     print("\n[scale] one window, every partition with a few rows; `spanner-cdc extract` (local[2]) vs the bare drains")
-    print(f"  {'partitions':>10} {'records':>8} {'bare drains s':>14} {'extract s':>10} {'ratio':>7}  " + "  ".join(f"{r:>22}" for r in ROLES))
+    print(f"  {'partitions':>10} {'records':>8} {'start cache':>11} {'bare drains s':>14} {'extract s':>10} {'ratio':>7}  "
+          + "  ".join(f"{r:>22}" for r in ROLES))  # fmt: skip
     for r in results:
-        print(f"  {r['partitions']:>10,} {r['records']:>8,} {r['bare_s']:>14.1f} {r['extract_s']:>10.1f} {r['ratio']:>6.1f}x  "
+        print(f"  {r['partitions']:>10,} {r['records']:>8,} {r['cache']:>11} {r['bare_s']:>14.1f} {r['extract_s']:>10.1f} {r['ratio']:>6.1f}x  "
               + "  ".join(f"{mib(r['peaks'].get(role, 0)):>22}" for role in ROLES))  # fmt: skip
+    if len({r["cache"] for r in results}) > 1:  # the start caches' own effect, alternating in this run
+        on, off = (statistics.median(r["extract_s"] for r in results if r["cache"] == c) for c in ("on", "off"))
+        print(f"  median extract s with the start cache {on:.1f}, without {off:.1f}: {off / on:.2f}x faster with it")
+    results = [r for r in results if r["cache"] == "on"]
     median = statistics.median(r["ratio"] for r in results)
     what = f"{results[0]['partitions']:,} partitions, {results[0]['records']:,} records"
     figures.report(f"whole extract / bare drains, {what}", median, target, "x", higher_is_better=False)
@@ -99,13 +107,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bulk-mods", type=int, default=0,
                         help=f"instead of --transactions: this many rows inserted {BULK_PER_COMMIT} per commit (with --partitions 1: "
                         "the issue's whole-process extract of a 100,000-mod window)")  # fmt: skip
+    parser.add_argument("--start-cache", choices=("on", "both"), default="on",
+                        help=f"both: every round also extracts with {CACHE_ENV}=off (driver start caches off), alternating")  # fmt: skip
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as name:
         tmp = Path(name)
         with bench_store(tmp) as url:
             base = Settings(project=PROJECT, instance=INSTANCE, stream=STREAM, metadata_url=url, output_root=tmp / "lake",
                             heartbeat_ms=1000, home=tmp / "home", concurrency=4)  # fmt: skip
-            results = bench_scale(base, args.partitions, args.transactions, args.rounds, tmp, args.bulk_mods)
+            caches = ("on", "off") if args.start_cache == "both" else ("on",)
+            results = bench_scale(base, args.partitions, args.transactions, args.rounds, tmp, args.bulk_mods, caches)
     report(results, BULK_TARGET if args.bulk_mods else TARGET)
     return 0
 

@@ -22,10 +22,13 @@ START_TIMEOUT_S = 120.0
 
 
 def spark_home() -> Path:
-    """The pyspark package directory holds bin/, sbin/ and jars/: a complete Spark distribution."""
+    """The pyspark package directory holds bin/, sbin/ and jars/: a complete Spark distribution. Its links without
+    the zipped Python copy when the start cache is on (`spark/fast_start.py`: workers import compiled modules)."""
     import pyspark
 
-    return Path(pyspark.__file__).parent
+    from spanner_cdc.spark.fast_start import cached_spark_home
+
+    return cached_spark_home() or Path(pyspark.__file__).parent
 
 
 def free_port() -> int:

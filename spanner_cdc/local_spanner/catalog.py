@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from spanner_cdc.local_spanner import ddl
 from spanner_cdc.local_spanner.clock import ServerClock
-from spanner_cdc.local_spanner.group_commit import group_commit
+from spanner_cdc.local_spanner.group_commit import CommitQueue
 from spanner_cdc.local_spanner.keysets import Rows
 from spanner_cdc.local_spanner.model import QueryError, RowChange, StreamDef, TableInfo
 from spanner_cdc.local_spanner.mutations import MutationSet
@@ -106,6 +106,7 @@ class Catalog:
         # server transaction ids: unique per process start by the random prefix, without a urandom call per commit
         self._transaction_prefix = secrets.token_hex(6)
         self._transactions = itertools.count()
+        self._commit_queue = CommitQueue(self.lock)
 
     # -- start-up -------------------------------------------------------------------------------
 
@@ -313,21 +314,23 @@ class Catalog:
     ) -> datetime:
         """Apply mutations (after a read-write transaction's DML effects, `prepared`) atomically; returns the commit
         timestamp. Raises QueryError and changes nothing on a bad mutation or when `check` (conflicts) refuses."""
-        with self.lock, group_commit():
-            return self._commit_locked(self.database(db), mutations, transaction_tag, prepared, check)
+        return self._commit_queue.run(lambda: self._commit_locked(self.database(db), mutations, transaction_tag, prepared, check))
 
     def commit_groups(self, db: str, groups: Sequence[Iterable[Any]], transaction_tag: str = "") -> list[datetime | QueryError]:
         """Each group of mutations committed as its own transaction, in order, with one journal flush for all
         (BatchWrite); per group its commit timestamp, or the QueryError that refused it (and changed nothing)."""
-        outcomes: list[datetime | QueryError] = []
-        with self.lock, group_commit():
+
+        def commit_each() -> list[datetime | QueryError]:
+            outcomes: list[datetime | QueryError] = []
             database = self.database(db)
             for mutations in groups:
                 try:
                     outcomes.append(self._commit_locked(database, mutations, transaction_tag, None, None))
                 except QueryError as exc:
                     outcomes.append(exc)
-        return outcomes
+            return outcomes
+
+        return self._commit_queue.run(commit_each)
 
     def _next_transaction_id(self) -> str:
         return f"{self._transaction_prefix}{next(self._transactions):08x}"
@@ -339,11 +342,12 @@ class Catalog:
         assert self.clock is not None
         db = database.name
         commit_ts = self.clock.next_commit_timestamp()
+        stamp = format_timestamp(commit_ts)  # once: the rows' commit timestamp columns and the journal
         changes = prepared or MutationSet(database.schema, database.data)
         try:
             if check is not None:
                 check(database)
-            changes.set_commit_timestamp(format_timestamp(commit_ts))
+            changes.set_commit_timestamp(stamp)
             changes.apply(mutations)
         except QueryError:
             self._pass_time(db, [commit_ts])
@@ -351,7 +355,7 @@ class Catalog:
         writes = changes.writes()
         if writes:
             # journal before the engine: a crash in between loses a change record, never reorders time
-            self._record({"op": "commit", "db": db, "ts": format_timestamp(commit_ts),
+            self._record({"op": "commit", "db": db, "ts": stamp,
                           "writes": [[table, list(key), row] for table, key, row in writes]})
         if self.engine is not None:
             self.engine.commit(db, commit_ts, self._next_transaction_id(), transaction_tag, changes.changes())

@@ -8,11 +8,13 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from spanner_cdc.lake.columns import spark_ddl
-from spanner_cdc.spark.executor import FILES_DDL, WAVE_FILES_DDL, land_in_wave, land_token, read_token
-from spanner_cdc.spark.spec import TokenJobSpec
+# Only pyspark at import: Spark's planning processes (create, plan) import this module to plan a job, one after
+# another before any task runs; the executor side (pyarrow, the reader, the lake) is imported by the tasks alone.
 
 SOURCE_NAME = "spanner_change_stream"
+FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT"
+# a wave job's listing names the token of each file: one job lands many tokens
+WAVE_FILES_DDL = FILES_DDL + ", `token` STRING"
 
 
 # A wave job's options: the JSON list of its tokens' options (TokenJobSpec.options()), and how many of them
@@ -36,12 +38,18 @@ class SpannerChangeStreamReader(DataSourceReader):
         return [InputPartition(list(range(len(self.wave)))[n::tasks]) for n in range(tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        from spanner_cdc.spark.executor import land_token, read_token
+        from spanner_cdc.spark.spec import TokenJobSpec
+
         if self.wave:
             return self._land_tokens(partition.value)
         spec = TokenJobSpec.from_options(self.options)
         return land_token(spec) if spec.writer == "arrow" else read_token(spec)
 
     def _land_tokens(self, indexes: list[int]) -> Iterator[Any]:
+        from spanner_cdc.spark.executor import land_in_wave
+        from spanner_cdc.spark.spec import TokenJobSpec
+
         # each token fails alone, as in a task of its own: land_in_wave reports its error in its control file
         for index in indexes:
             yield from land_in_wave(TokenJobSpec.from_options(self.wave[index]))
@@ -60,6 +68,8 @@ class SpannerChangeStreamDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
+        from spanner_cdc.lake.columns import spark_ddl
+
         if WAVE_OPTION in self.options:
             return WAVE_FILES_DDL
         return FILES_DDL if self.options.get("writer", "arrow") == "arrow" else spark_ddl()

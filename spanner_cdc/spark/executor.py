@@ -23,10 +23,7 @@ from spanner_cdc.source.records import ChangeRecord, DataChangeRecord
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 
-FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT"
 FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64())])
-# a wave job's listing names the token of each file: one job lands many tokens
-WAVE_FILES_DDL = FILES_DDL + ", `token` STRING"
 log = logging.getLogger(__name__)
 ROW_GROUP_ROWS = 65_536
 MAX_BUFFERED_BYTES = 64 << 20

@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 from spanner_cdc import names
 from spanner_cdc.errors import ConfigError, SparkStartError
 from spanner_cdc.masking import mask_spark_master
+from spanner_cdc.spark.fast_start import FastStart
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,10 +74,10 @@ def log4j2_config() -> Path:
     return path
 
 
-def classic_conf(master: str) -> dict[str, str]:
+def classic_conf(master: str, java_options: str = "") -> dict[str, str]:
     """Static settings of an in-process driver (local or against a standalone master)."""
     conf = {
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j2_config()}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j2_config()} {java_options}".strip(),
         # executors run the data source with this interpreter, which has the package installed
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
@@ -159,17 +160,33 @@ def _create(master: str) -> SparkSession:
     if active is not None and _alive(active):
         return active
     log.info("spark: starting a driver for master %s", master)
-    # Spark starts the data source's planner process from PYSPARK_PYTHON, not from spark.pyspark.python:
-    # without it, that process is whatever `python3` is first on PATH, which lacks the package
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    workers_run_this_python()
+    fast = _fast_start()
     with _classic_by_master():
         builder: Any = SparkSession.builder.master(master).appName(APP_NAME)
-        for key, value in classic_conf(master).items():
+        for key, value in classic_conf(master, fast.java_options()).items():
             builder = builder.config(key, value)
         session = _start_driver(builder, master)
+    fast.started()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def workers_run_this_python() -> None:
+    """Spark starts the data source's planner process from PYSPARK_PYTHON, not from spark.pyspark.python: without
+    it, that process is whatever `python3` is first on PATH, which lacks the package."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def _fast_start() -> FastStart:
+    """The start caches, when pyspark is about to launch a JVM; the Spark home goes to the environment pyspark reads."""
+    from pyspark import SparkContext
+
+    fast = FastStart.prepare(new_jvm=SparkContext._gateway is None)  # type: ignore[attr-defined]
+    if fast.home is not None:
+        os.environ["SPARK_HOME"] = str(fast.home)
+    return fast
 
 
 JVM_START_ATTEMPTS = 2  # a JVM that dies on start under load usually starts on the next try

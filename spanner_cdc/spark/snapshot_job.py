@@ -21,7 +21,8 @@ from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.snapshot import SnapshotContext, snapshot_batch
 from spanner_cdc.source.records import ColumnType
 from spanner_cdc.source.snapshot_tables import plain, type_json
-from spanner_cdc.spark.executor import FILES_DDL, TableFiles, _database
+from spanner_cdc.spark.datasource import FILES_DDL
+from spanner_cdc.spark.executor import TableFiles, _database
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

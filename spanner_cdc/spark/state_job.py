@@ -19,7 +19,8 @@ from spanner_cdc.errors import ExtractError
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import TIMESTAMP
 from spanner_cdc.lake.current_state import CHANGE_COLUMNS, TableState, apply_changes
-from spanner_cdc.spark.executor import FILES_DDL, FILES_SCHEMA
+from spanner_cdc.spark.datasource import FILES_DDL
+from spanner_cdc.spark.executor import FILES_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

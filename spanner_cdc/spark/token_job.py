@@ -12,8 +12,7 @@ from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
 from spanner_cdc.names import short_token
 from spanner_cdc.settings import env_int
 from spanner_cdc.spark.control_file import ControlSummary
-from spanner_cdc.spark.datasource import SOURCE_NAME, TASK_TOKENS_OPTION, WAVE_OPTION
-from spanner_cdc.spark.executor import FILES_DDL, WAVE_FILES_DDL
+from spanner_cdc.spark.datasource import FILES_DDL, SOURCE_NAME, TASK_TOKENS_OPTION, WAVE_FILES_DDL, WAVE_OPTION
 from spanner_cdc.spark.spec import TokenJobSpec
 
 if TYPE_CHECKING:

@@ -76,7 +76,8 @@ def _serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--clock-start", help="server time at start (RFC 3339, e.g. 2024-05-01T00:00:00Z); default: now")
     serve.add_argument("--clock-rate", type=float, default=1.0, help="server seconds per real second (default 1)")
     serve.add_argument("--max-workers", type=int, default=128, help="gRPC worker threads: concurrent requests and reads")
-    serve.add_argument("--fsync", action="store_true", help="fsync the journals before a commit is answered (once per BatchWrite request: a group commit)")
+    serve.add_argument("--fsync", action="store_true", help="fsync the journals before a commit is answered (once per group commit: a BatchWrite request, "
+                       "or the commits that queued up while the previous group synced)")
     group = serve.add_argument_group(
         "partition policy",
         "splits and merges, and key range moves in MUTABLE_KEY_RANGE streams (durations like 10m, 2h; 'none' disables)",

@@ -7,13 +7,15 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, BinaryIO
 
 from spanner_cdc.local_spanner.group_commit import deferred
+from spanner_cdc.local_spanner.journal_lines import journal_line
 
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "journal.jsonl"
+_BUFFER = 1 << 20  # a group commit's entries reach the file in one write when it syncs
 
 
 class Journal:
@@ -25,9 +27,9 @@ class Journal:
     def __init__(self, directory: Path, *, fsync: bool = False) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / JOURNAL_NAME
-        self._fsync = fsync
+        self.fsync = fsync
         self._good_size: int | None = None  # bytes of whole entries, known once replayed
-        self._file: IO[str] | None = None
+        self._file: BinaryIO | None = None
 
     def replay(self) -> Iterator[dict[str, Any]]:
         """The entries in the file, streamed (the file can be larger than what fits in memory twice)."""
@@ -49,15 +51,21 @@ class Journal:
         if self._file is None:
             self._open()
         assert self._file is not None
-        self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        self._file.write(journal_line(entry))
         if not deferred(self):
             self.sync()
 
     def sync(self) -> None:
+        self.flush()
+        self.to_disk()
+
+    def flush(self) -> None:
         if self._file is not None:
             self._file.flush()
-            if self._fsync:
-                os.fsync(self._file.fileno())
+
+    def to_disk(self) -> None:
+        if self._file is not None and self.fsync:
+            os.fsync(self._file.fileno())
 
     def _open(self) -> None:
         if self._good_size is None:
@@ -67,7 +75,7 @@ class Journal:
             if handle.tell() != self._good_size:
                 log.warning("changestream journal %s: cutting a torn last entry at byte %s", self.path, self._good_size)
                 handle.truncate(self._good_size)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for appends
+        self._file = open(self.path, "ab", buffering=_BUFFER)  # noqa: SIM115 - kept open for appends
 
     def close(self) -> None:
         if self._file is not None:
