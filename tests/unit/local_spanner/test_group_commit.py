@@ -80,9 +80,11 @@ def test_a_failing_group_still_syncs_what_it_wrote(tmp_path: Path, fsyncs: list[
     assert len(fsyncs) == 1 and [e["op"] for e in Journal(tmp_path).entries()] == ["a"]
 
 
-def test_a_server_with_fsync_syncs_the_change_records_too_once_per_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from google.cloud.spanner_v1.types import Mutation
+DB = "projects/p/instances/i/databases/d"
 
+
+def fsync_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
+    """A `--data-dir --fsync` server holding DB (a table t and a stream on it), and the files each fsync synced."""
     from spanner_cdc.local_spanner.catalog import Instance
     from spanner_cdc.local_spanner.server import LocalSpannerServer, ServerOptions
 
@@ -90,9 +92,16 @@ def test_a_server_with_fsync_syncs_the_change_records_too_once_per_group(tmp_pat
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))[1])
     server = LocalSpannerServer(ServerOptions(data_dir=tmp_path, fsync=True))
-    catalog, db = server.catalog, "projects/p/instances/i/databases/d"
-    catalog.create_instance(Instance("projects/p/instances/i"))
-    catalog.create_database(db, 1, ["CREATE TABLE t (k INT64 NOT NULL) PRIMARY KEY (k)", "CREATE CHANGE STREAM s FOR ALL"])
+    server.catalog.create_instance(Instance("projects/p/instances/i"))
+    server.catalog.create_database(DB, 1, ["CREATE TABLE t (k INT64 NOT NULL) PRIMARY KEY (k)", "CREATE CHANGE STREAM s FOR ALL"])
+    return server, synced
+
+
+def test_a_server_with_fsync_syncs_the_change_records_too_once_per_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.cloud.spanner_v1.types import Mutation
+
+    server, synced = fsync_server(tmp_path, monkeypatch)
+    catalog, db = server.catalog, DB
     groups = [[Mutation.pb()(insert={"table": "t", "columns": ["k"], "values": [{"values": [{"string_value": str(k)}]}]})]
               for k in range(5)]
     synced.clear()
@@ -113,17 +122,10 @@ def test_commits_that_queue_up_meanwhile_share_one_group_and_return_after_its_fs
 
     from google.cloud.spanner_v1.types import Mutation
 
-    from spanner_cdc.local_spanner.catalog import Instance
     from spanner_cdc.local_spanner.model import QueryError
-    from spanner_cdc.local_spanner.server import LocalSpannerServer, ServerOptions
 
-    synced: list[str] = []
-    real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))[1])
-    server = LocalSpannerServer(ServerOptions(data_dir=tmp_path, fsync=True))
-    catalog, db = server.catalog, "projects/p/instances/i/databases/d"
-    catalog.create_instance(Instance("projects/p/instances/i"))
-    catalog.create_database(db, 1, ["CREATE TABLE t (k INT64 NOT NULL) PRIMARY KEY (k)", "CREATE CHANGE STREAM s FOR ALL"])
+    server, synced = fsync_server(tmp_path, monkeypatch)
+    catalog, db = server.catalog, DB
 
     def insert(k: int) -> list[Any]:
         return [Mutation.pb()(insert={"table": "t", "columns": ["k"], "values": [{"values": [{"string_value": str(k)}]}]})]
