@@ -200,23 +200,16 @@ class ClassArchive:
 def _run_a_driver(java_options: str) -> int | None:
     """A local driver that loads what an extract's driver loads (SQL, Python data sources and workers, Parquet), then
     its JVM's exit code: the JVM ends when this process closes its stdin."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from spanner_cdc.spark.session import (
-        classic_conf,
-        ensure_source_registered,
-        spawn_ignoring_sigint,
-        workers_run_this_python,
-    )
+    from spanner_cdc.spark.session import classic_conf, ensure_source_registered, start_driver, workers_run_this_python
 
     workers_run_this_python()
     builder = SparkSession.builder.master("local[1]").appName("spanner-cdc-class-archive")
     for key, value in classic_conf("local[1]", java_options).items():
         builder = builder.config(key, value)
-    from pyspark import SparkContext, java_gateway
-
-    java_gateway.Popen = spawn_ignoring_sigint  # type: ignore[assignment,misc]
-    spark = builder.getOrCreate()
+    spark = start_driver(builder, "local[1]")
     jvm: subprocess.Popen[bytes] = SparkContext._gateway.proc  # type: ignore[attr-defined,union-attr]
     ensure_source_registered(spark)
     with tempfile.TemporaryDirectory(prefix="spanner-cdc-archive-") as tmp:

@@ -166,7 +166,7 @@ def _create(master: str) -> SparkSession:
         builder: Any = SparkSession.builder.master(master).appName(APP_NAME)
         for key, value in classic_conf(master, fast.java_options()).items():
             builder = builder.config(key, value)
-        session = _start_driver(builder, master)
+        session = start_driver(builder, master)
     fast.started()
     session.sparkContext.setLogLevel("ERROR")
     return session
@@ -226,7 +226,7 @@ def _classic_by_master() -> Iterator[None]:
     yield
 
 
-def _start_driver(builder: Any, master: str) -> SparkSession:
+def start_driver(builder: Any, master: str) -> SparkSession:
     """getOrCreate, once more when the JVM exits before it is up; then one line that says what to check."""
     from pyspark.errors import PySparkRuntimeError
 
