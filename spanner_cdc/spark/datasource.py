@@ -26,33 +26,49 @@ TASK_TOKENS_OPTION = "task_tokens"
 class SpannerChangeStreamReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
-        self.wave: list[dict[str, str]] = json.loads(self.options[WAVE_OPTION]) if WAVE_OPTION in self.options else []
+        self.is_wave = WAVE_OPTION in self.options
         self.task_tokens = max(1, int(self.options.get(TASK_TOKENS_OPTION, "1")))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Every task receives this reader pickled, and a wave's tokens travel in their tasks' partitions: without the
+        # wave's options a task gets its own few tokens, not the whole wave's (hundreds of tokens' options per task).
+        state = dict(self.__dict__)
+        state["options"] = {key: value for key, value in self.options.items() if key != WAVE_OPTION}
+        return state
 
     def partitions(self) -> list[InputPartition]:
         # One token's range is one query in one task, so records stay in commit order in one file per table.
-        if not self.wave:
+        if not self.is_wave:
             return [InputPartition(0)]
-        tasks = -(-len(self.wave) // self.task_tokens)
+        wave: list[dict[str, str]] = json.loads(self.options[WAVE_OPTION])
+        tasks = -(-len(wave) // self.task_tokens)
         # spread evenly: with 10 tokens and 4 per task, tasks of 4, 3 and 3 rather than 4, 4 and 2
-        return [InputPartition(list(range(len(self.wave)))[n::tasks]) for n in range(tasks)]
+        return [InputPartition(wave[n::tasks]) for n in range(tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from spanner_cdc.spark.executor import land_token, read_token
         from spanner_cdc.spark.spec import TokenJobSpec
 
-        if self.wave:
-            return self._land_tokens(partition.value)
+        if self.is_wave:
+            return _settled_after(self._land_tokens(partition.value))
         spec = TokenJobSpec.from_options(self.options)
-        return land_token(spec) if spec.writer == "arrow" else read_token(spec)
+        return _settled_after(land_token(spec) if spec.writer == "arrow" else read_token(spec))
 
-    def _land_tokens(self, indexes: list[int]) -> Iterator[Any]:
+    def _land_tokens(self, tokens: list[dict[str, str]]) -> Iterator[Any]:
         from spanner_cdc.spark.executor import land_in_wave
         from spanner_cdc.spark.spec import TokenJobSpec
 
         # each token fails alone, as in a task of its own: land_in_wave reports its error in its control file
-        for index in indexes:
-            yield from land_in_wave(TokenJobSpec.from_options(self.wave[index]))
+        for options in tokens:
+            yield from land_in_wave(TokenJobSpec.from_options(options))
+
+
+def _settled_after(rows: Iterator[Any]) -> Iterator[Any]:
+    """The task's rows, then (once per worker process, after its first task) the worker settled for the next tasks."""
+    from spanner_cdc.spark.reused_worker import settle
+
+    yield from rows
+    settle()
 
 
 class SpannerChangeStreamDataSource(DataSource):

@@ -45,8 +45,10 @@ def test_a_wave_job_lands_a_few_tokens_per_task(monkeypatch: pytest.MonkeyPatch)
     from spanner_cdc.spark.token_job import TASK_TOKENS, TASK_TOKENS_ENV, task_tokens
 
     def tasks(tokens: int, per_task: int) -> list[list[int]]:
-        reader = SpannerChangeStreamReader({WAVE_OPTION: json.dumps([{}] * tokens), TASK_TOKENS_OPTION: str(per_task)})
-        return [p.value for p in reader.partitions()]
+        wave = [{"token": str(n)} for n in range(tokens)]
+        reader = SpannerChangeStreamReader({WAVE_OPTION: json.dumps(wave), TASK_TOKENS_OPTION: str(per_task)})
+        # a task's partition carries its tokens' own options
+        return [[int(options["token"]) for options in p.value] for p in reader.partitions()]
 
     # every token in exactly one task, at most per_task each, spread evenly
     assert tasks(10, 4) == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
@@ -60,3 +62,18 @@ def test_a_wave_job_lands_a_few_tokens_per_task(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setenv(TASK_TOKENS_ENV, bad)
         with pytest.raises(ConfigError, match=f"{TASK_TOKENS_ENV}.*an integer in"):
             task_tokens()
+
+
+def test_a_wave_tasks_reader_carries_no_other_tokens() -> None:
+    import json
+    import pickle
+
+    from spanner_cdc.spark.datasource import TASK_TOKENS_OPTION, WAVE_OPTION, SpannerChangeStreamReader
+
+    wave = [{"token": f"t{n}"} for n in range(300)]
+    reader = SpannerChangeStreamReader({WAVE_OPTION: json.dumps(wave), TASK_TOKENS_OPTION: "4", "other": "x"})
+    shipped = pickle.loads(pickle.dumps(reader))  # what every task of the job receives, beside its partition
+    assert shipped.is_wave and shipped.task_tokens == 4
+    assert shipped.options == {TASK_TOKENS_OPTION: "4", "other": "x"}
+    assert WAVE_OPTION in reader.options  # the planner's own reader still plans the tasks
+    assert len(reader.partitions()) == 75
