@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import threading
 import time
@@ -48,6 +49,20 @@ def envelope_batches(spec: TokenJobSpec, records: Iterable[ChangeRecord], summar
     batch = batcher.take()
     if batch is not None:
         yield batch
+
+
+_publish_pools: dict[int, ThreadPoolExecutor] = {}
+_publish_lock = threading.Lock()
+
+
+def _publish_pool() -> ThreadPoolExecutor:
+    """One pool per worker process (keyed by pid: a forked child must not use its parent's threads), not one per
+    token: a small token's landing costs less than starting its threads."""
+    with _publish_lock:
+        pool = _publish_pools.get(os.getpid())
+        if pool is None:
+            pool = _publish_pools[os.getpid()] = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="publish")
+        return pool
 
 
 _databases: dict[tuple[str, str, str, str | None], Any] = {}
@@ -180,9 +195,11 @@ class TableFiles:
         names = sorted(self.writers)
         paths = [self.destination(t) for t in names]
         scratches = [self.writers[t][1] for t in names]
-        # each publish waits on a disk flush (or an upload): wait on them together
-        with ThreadPoolExecutor(max_workers=max(1, min(len(names), PUBLISH_THREADS))) as pool:
-            sizes = list(pool.map(storage.put_file, scratches, paths))
+        # each publish waits on a disk flush (or an upload): wait on them together (one file needs no thread)
+        if len(names) > 1:
+            sizes = list(_publish_pool().map(storage.put_file, scratches, paths))
+        else:
+            sizes = [storage.put_file(scratch, path) for scratch, path in zip(scratches, paths, strict=True)]
         self.writers.clear()
         return pa.RecordBatch.from_arrays(
             [
