@@ -22,7 +22,7 @@ from spanner_cdc.extract.token import (
     record_failure,
     start_attempt,
 )
-from spanner_cdc.lake.publish import clear_journal, clear_staging
+from spanner_cdc.lake.publish import clear_journal
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
 from spanner_cdc.settings import env_int
@@ -210,8 +210,7 @@ def _commit(job: ExtractJob, landed: list[_Landed], out: _Outcomes, started: flo
         if item.claim.token not in done:
             continue
         failpoint("after_commit")
-        clear_journal(job.layout, item.claim.token)
-        clear_staging(item.spec.attempt_dir)
+        clear_journal(job.layout, item.claim.token)  # a wave's attempt staged nothing: its summary came as a row
         summary = item.summary
         results[item.claim.token] = TokenResult(
             token=item.claim.token, records=summary.rows, files=len(item.completion.files), finished=summary.finished,

@@ -190,12 +190,19 @@ class ControlSummary:
             error_message=data.get("error_message"),
         )
 
+    def to_text(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True)
+
+    @classmethod
+    def from_text(cls, text: str) -> ControlSummary:
+        return cls.from_json(json.loads(text))
+
     def write(self, location: str | Path) -> None:
         """Whole (a retried task attempt replaces the whole file, a reader never sees half of one), in the
         lake's own storage: the executor and the driver share nothing else."""
-        storage.write_bytes(location, json.dumps(self.to_json(), sort_keys=True).encode())
+        storage.write_bytes(location, self.to_text().encode())
 
     @classmethod
     def read(cls, location: str | Path) -> ControlSummary | None:
         data = storage.read_bytes(location)
-        return None if data is None else cls.from_json(json.loads(data))
+        return None if data is None else cls.from_text(data.decode())

@@ -13,8 +13,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 SOURCE_NAME = "spanner_change_stream"
 FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT"
-# a wave job's listing names the token of each file: one job lands many tokens
-WAVE_FILES_DDL = FILES_DDL + ", `token` STRING"
+# a wave job's listing names the token of each file (one job lands many tokens), and has one row per token without
+# a file whose `control` is the token's control summary (JSON)
+WAVE_FILES_DDL = FILES_DDL + ", `token` STRING, `control` STRING"
 
 
 # A wave job's options: the JSON list of its tokens' options (TokenJobSpec.options()), and how many of them
@@ -58,7 +59,7 @@ class SpannerChangeStreamReader(DataSourceReader):
         from spanner_cdc.spark.executor import land_in_wave
         from spanner_cdc.spark.spec import TokenJobSpec
 
-        # each token fails alone, as in a task of its own: land_in_wave reports its error in its control file
+        # each token fails alone, as in a task of its own: land_in_wave reports its error in its summary row
         for options in tokens:
             yield from land_in_wave(TokenJobSpec.from_options(options))
 

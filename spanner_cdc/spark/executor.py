@@ -25,6 +25,8 @@ from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 
 FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64())])
+# a wave job's rows: each file named by its token, and a row per token (no file) carrying its control summary
+WAVE_SCHEMA = FILES_SCHEMA.append(pa.field("token", pa.string())).append(pa.field("control", pa.string()))
 log = logging.getLogger(__name__)
 ROW_GROUP_ROWS = 65_536
 MAX_BUFFERED_BYTES = 64 << 20
@@ -222,19 +224,27 @@ def _destinations(spec: TokenJobSpec) -> Callable[[str], str]:
     return destination
 
 
+def _land(spec: TokenJobSpec, summary: ControlSummary) -> pa.RecordBatch:
+    """Read the token and publish its files; their listing. A failure drops what was written and raises."""
+    files = TableFiles(_destinations(spec), Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex)
+    try:
+        for batch in _read(spec, summary):
+            files.write(batch)
+        return files.close()
+    except Exception:
+        files.abort()
+        raise
+
+
 def land_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
     """Executor side, arrow writer: land the token's lake files in staging here, yield only their listing.
 
     The control file is written once every file is closed, so its presence means the range is staged.
     """
     summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
-    files = TableFiles(_destinations(spec), Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex)
     try:
-        for batch in _read(spec, summary):
-            files.write(batch)
-        listing = files.close()
+        listing = _land(spec, summary)
     except Exception as exc:
-        files.abort()
         _failed(spec, summary, exc)
         raise
     clock.stamp(summary)
@@ -243,13 +253,29 @@ def land_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
 
 
 def land_in_wave(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
-    """One token of a wave job: land it as `land_token` does, its listing rows named by token.
+    """One token of a wave job: its files landed as `land_token` does, listed with their token, then one row that
+    carries its control summary (the job's rows reach the driver anyway: no control file to write and read back).
 
-    A token that fails ends its task quietly: its error is in its control file (the driver reads it and
-    fails that token alone), so the wave's other tokens still land in the same job.
+    A token that fails ends quietly: its summary row carries its error (the driver fails that token alone), so the
+    wave's other tokens still land in the same job. A task that dies returns no row: its tokens fail with the job.
     """
+    summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
     try:
-        for listing in land_token(spec):
-            yield listing.append_column("token", pa.array([spec.token] * listing.num_rows, pa.string()))
-    except Exception as exc:  # noqa: BLE001 - reported through the control file (or its absence)
+        listing = _land(spec, summary)
+    except Exception as exc:  # noqa: BLE001 - reported in the token's summary row
         log.warning("%s %s: token failed in its wave job: %s", spec.stream, spec.token, exc)
+        summary.error_type, summary.error_message = type(exc).__name__, str(exc)
+        yield _summary_row(summary)
+        return
+    clock.stamp(summary)
+    tokens = pa.array([spec.token] * listing.num_rows, pa.string())
+    yield listing.append_column("token", tokens).append_column("control", pa.nulls(listing.num_rows, pa.string()))
+    yield _summary_row(summary)
+
+
+def _summary_row(summary: ControlSummary) -> pa.RecordBatch:
+    """The token's control summary as the one row of a wave job's listing without a file."""
+    return pa.RecordBatch.from_pylist(
+        [{"table": None, "path": None, "rows": 0, "bytes": 0, "token": summary.token, "control": summary.to_text()}],
+        schema=WAVE_SCHEMA,
+    )

@@ -53,17 +53,22 @@ def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> tuple[ControlSumma
 
 def _summary(spec: TokenJobSpec, job_error: Exception | None) -> ControlSummary:
     """The token's control file, or the error its job reported (in the file, or by failing)."""
-    summary = ControlSummary.read(spec.control_path)
+    missing = (
+        f"{spec.stream} {short_token(spec.token)}: the Spark job ended without its control file {spec.control_path}; "
+        "the executors must reach the output root the driver names (a shared path, or a bucket)"
+    )
+    return _checked(spec, ControlSummary.read(spec.control_path), job_error, missing)
+
+
+def _checked(spec: TokenJobSpec, summary: ControlSummary | None, job_error: Exception | None, missing: str) -> ControlSummary:
+    """The token's summary, or the error it carries, or the job's own failure, or `missing` when there is none."""
     if summary is not None and summary.error_type:
         error_type = _ERROR_TYPES.get(summary.error_type, ExtractError)
         raise error_type(summary.error_message or summary.error_type)
     if job_error is not None:
         raise ExtractError(f"{spec.stream} {short_token(spec.token)}: the Spark job failed: {_first_line(job_error)}") from job_error
     if summary is None:
-        raise ExtractError(
-            f"{spec.stream} {short_token(spec.token)}: the Spark job ended without its control file {spec.control_path}; "
-            "the executors must reach the output root the driver names (a shared path, or a bucket)"
-        )
+        raise ExtractError(missing)
     return summary
 
 
@@ -89,11 +94,11 @@ def task_tokens() -> int:
 
 
 def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[TokenOutcome]:
-    """Driver side: one Spark job lands many tokens (arrow writer), a task per token.
+    """Driver side: one Spark job lands many tokens (arrow writer), a task per few tokens.
 
-    Per-job costs (planning, scheduling, a round trip to a Connect server) are paid once for the wave. A
-    token that fails fails alone (its error comes back through its control file); a job that fails as a
-    whole fails every token of it.
+    Per-job costs (planning, scheduling, a round trip to a Connect server) are paid once for the wave. Each token's
+    control summary comes back as a row of the job (no control file). A token that fails fails alone (its error is
+    in its summary); a job that fails as a whole fails every token of it.
     """
     from spanner_cdc.spark.session import ensure_source_registered
 
@@ -103,16 +108,22 @@ def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[Tok
     frame = reader.option(TASK_TOKENS_OPTION, str(task_tokens())).load()
     job_error: Exception | None = None
     listings: dict[str, list[dict[str, Any]]] = {spec.token: [] for spec in specs}
+    summaries: dict[str, ControlSummary] = {}
     try:
         for row in frame.collect():
             listing = row.asDict()
-            listings[listing.pop("token")].append(listing)
+            token, control = listing.pop("token"), listing.pop("control")
+            if control is None:
+                listings[token].append(listing)
+            else:
+                summaries[token] = ControlSummary.from_text(control)
     except Exception as exc:  # pyspark raises its own (classic or Connect) exception types
         job_error = exc
     outcomes = []
     for spec in specs:
+        missing = f"{spec.stream} {short_token(spec.token)}: the wave job ended without the token's control summary"
         try:
-            outcomes.append(TokenOutcome(spec, _summary(spec, job_error), listings[spec.token]))
+            outcomes.append(TokenOutcome(spec, _checked(spec, summaries.get(spec.token), job_error, missing), listings[spec.token]))
         except Exception as exc:  # noqa: BLE001 - the token's own failure, handed to its caller
             outcomes.append(TokenOutcome(spec, error=exc))
     return outcomes

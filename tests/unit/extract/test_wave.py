@@ -77,3 +77,18 @@ def test_a_wave_tasks_reader_carries_no_other_tokens() -> None:
     assert shipped.options == {TASK_TOKENS_OPTION: "4", "other": "x"}
     assert WAVE_OPTION in reader.options  # the planner's own reader still plans the tasks
     assert len(reader.partitions()) == 75
+
+
+def test_a_wave_tokens_summary_row_fits_the_jobs_schema_and_carries_the_whole_summary() -> None:
+    from datetime import UTC, datetime
+
+    from spanner_cdc.spark.control_file import ControlSummary
+    from spanner_cdc.spark.datasource import WAVE_FILES_DDL
+    from spanner_cdc.spark.executor import WAVE_SCHEMA, _summary_row
+
+    assert WAVE_SCHEMA.names == [column.split("`")[1] for column in WAVE_FILES_DDL.split(", ")]
+    summary = ControlSummary("tok", datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 1, tzinfo=UTC), rows=3, heartbeats=2)
+    summary.error_type, summary.error_message = "RetentionError", "too old"
+    (row,) = _summary_row(summary).to_pylist()
+    assert (row["table"], row["path"], row["rows"], row["token"]) == (None, None, 0, "tok")  # no file: not listed
+    assert ControlSummary.from_text(row["control"]) == summary
