@@ -18,7 +18,8 @@ from spanner_cdc.source.records import ChangeRecord, ColumnType, DataChangeRecor
 _LIST, _ITEM, _STRING = 0x32, 0x0A, 0x1A
 _NO_OTHER_KINDS = b"\n\x022\x00\n\x022\x00"  # the heartbeat_record and child_partitions_record arrays, empty
 _FLAGS = {b"\n\x02 \x00": False, b"\n\x02 \x01": True}
-_CACHED = 4096  # distinct (table, column types) and record tails kept per result set
+_CACHED = 4096  # distinct row sizes kept; distinct (table, column types) and record tails kept per result set
+_HEADERS: dict[int, bytes] = {}  # a row's size -> its nested headers, down to the record's fields
 
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 _MISSES = (IndexError, KeyError, ValueError, _Malformed, msgspec.DecodeError, msgspec.ValidationError)
@@ -68,6 +69,13 @@ def _item(data: bytes, p: int) -> tuple[int, int]:
     """(start, end) of the Value in the ListValue item at p."""
     if data[p] != _ITEM:
         raise _Miss
+    size = data[p + 1]
+    if size < 0x80:  # lengths of one and two bytes inline: nearly every item
+        return p + 2, p + 2 + size
+    high = data[p + 2]
+    if high < 0x80:
+        size = (size & 0x7F) | high << 7
+        return p + 3, p + 3 + size
     size, p = _length(data, p + 1)
     return p, p + size
 
@@ -121,16 +129,34 @@ def _mods(data: bytes, p: int, end: int) -> tuple[Mod, ...]:
     return tuple(mods)
 
 
+def _header(n: int) -> bytes:
+    """The seven nested headers of a row of n bytes (the same for every row of that size), or a _Miss."""
+    header = _HEADERS.get(n)
+    if header is not None:
+        return header
+    for fields in range(n - 8 - 7 * 6, n - 8 - 7 * 2 + 1):  # each length is 1 to 5 bytes
+        size, header = fields, b""
+        for tag, extra in ((_LIST, 0), (_ITEM, 0), (_LIST, 0), (_ITEM, 0), (_LIST, 8), (_ITEM, 0), (_LIST, 0)):
+            size += extra
+            prefix = bytes((tag,)) + _varint(size)
+            header, size = prefix + header, size + len(prefix)
+        if size == n:
+            if len(_HEADERS) >= _CACHED:
+                _HEADERS.clear()
+            _HEADERS[n] = header
+            return header
+    raise _Miss
+
+
 class BytesRecords:
     """Maps the rows of one result set that have the documented shape; `slow` maps any other row, and the rows whose
     table and column types or whose last six fields were not seen yet (their records fill the caches)."""
 
-    __slots__ = ("_column", "_slow", "_headers", "_heads", "_tails", "_stamp_bytes", "_stamp")
+    __slots__ = ("_column", "_slow", "_heads", "_tails", "_stamp_bytes", "_stamp")
 
     def __init__(self, column: int, slow: Callable[[Any], list[ChangeRecord]]) -> None:
         self._column = column
         self._slow = slow
-        self._headers: dict[int, bytes] = {}  # a row's size -> its headers down to the record's fields
         self._heads: dict[bytes, tuple[str, tuple[ColumnType, ...]]] = {}  # table_name, column_types items -> values
         self._tails: dict[bytes, Tail] = {}  # the bytes from mod_type to the row's end -> the six values
         self._stamp_bytes = b""
@@ -149,7 +175,7 @@ class BytesRecords:
 
     def _record(self, data: bytes) -> DataChangeRecord:
         n = len(data)
-        header = self._headers.get(n) or self._header(n)
+        header = _header(n)
         if not data.startswith(header) or data[n - 8 :] != _NO_OTHER_KINDS:
             raise _Miss
         stamp, sequence, transaction, p = _texts(data, len(header), 3)
@@ -169,21 +195,6 @@ class BytesRecords:
         mod_type, capture, records, partitions, tag, system = found_tail
         return DataChangeRecord(self._stamp, sequence.decode(), transaction.decode(), last, table, columns, mods,
                                 mod_type, capture, records, partitions, tag, system)  # fmt: skip
-
-    def _header(self, n: int) -> bytes:
-        """The seven nested headers of a row of n bytes, the same for every row of that size."""
-        for fields in range(n - 8 - 7 * 6, n - 8 - 7 * 2 + 1):  # a length is 1 to 5 bytes here
-            size, header = fields, b""
-            for tag, extra in ((_LIST, 0), (_ITEM, 0), (_LIST, 0), (_ITEM, 0), (_LIST, 8), (_ITEM, 0), (_LIST, 0)):
-                size += extra
-                prefix = bytes((tag,)) + _varint(size)
-                header, size = prefix + header, size + len(prefix)
-            if size == n:
-                if len(self._headers) >= _CACHED:
-                    self._headers.clear()
-                self._headers[n] = header
-                return header
-        raise _Miss
 
     def _remember(self, unseen: _Unseen, records: list[ChangeRecord]) -> None:
         """Keys the protobuf path's values by the bytes they were read from."""
