@@ -162,7 +162,7 @@ class EncodedRecords:
     which no one changes once committed; each entry holds its record, so its id cannot be reused while cached.
     At most `budget` bytes of rows: past it the cache starts over."""
 
-    def __init__(self, budget: int = 64 << 20) -> None:
+    def __init__(self, budget: int = 32 << 20) -> None:
         self._rows: dict[int, tuple[dict[str, Any], bytes]] = {}
         self._budget = budget
         self._size = 0
