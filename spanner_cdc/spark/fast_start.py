@@ -37,6 +37,7 @@ OFF = "off"
 # the JVM's own messages about the archive (a dump skipping signed jars, an archive it cannot use) go to stdout,
 # where `--json` output is: the archive is an optimisation, its absence is never worth a line
 QUIET = "-Xlog:cds*=off"
+HOME_PREFIX = "spark-home-"
 WRITE_TRIES = 3  # writers that ended without an archive before it is given up for this JVM and Spark
 DUMP_WAIT_S = 600.0  # the writer's JVM writes ~150 MiB at exit: seconds idle, a minute on a busy machine
 
@@ -68,7 +69,7 @@ def spark_home(cache: Path) -> Path | None:
         return None  # the user's own Spark distribution: its layout is theirs
     import pyspark
 
-    home = cache / f"spark-home-{_digest(own, pyspark.__version__)}"
+    home = cache / f"{HOME_PREFIX}{_digest(own, pyspark.__version__)}"
     if home.is_dir():
         return home
     building = cache / f".spark-home-{os.getpid()}"
@@ -95,6 +96,16 @@ def cached_spark_home() -> Path | None:
     except OSError as exc:
         log.warning("spark: no start cache in %s (%s); set %s to a writable directory or to off", cache, exc, CACHE_ENV)
         return None
+
+
+def _home_key(home: Path) -> str:
+    return home.name.removeprefix(HOME_PREFIX)
+
+
+def _archive_home_key(archive: Path) -> str | None:
+    """The Spark home an archive was written for (`driver-classes-<home>-<build>.jsa`); None for another name."""
+    parts = archive.stem.split("-")
+    return parts[2] if len(parts) == 4 else None
 
 
 def _java_home() -> Path | None:
@@ -125,10 +136,8 @@ class ClassArchive:
         if java_home is None:
             return None
         modules, jars = java_home / "lib" / "modules", (home / "jars").resolve()
-        return cls(
-            cache
-            / f"driver-classes-{_digest(java_home, modules.stat().st_mtime_ns, home, jars.stat().st_mtime_ns)}.jsa"
-        )
+        build = _digest(java_home, modules.stat().st_mtime_ns, home, jars.stat().st_mtime_ns)
+        return cls(cache / f"driver-classes-{_home_key(home)}-{build}.jsa")
 
     @property
     def ready(self) -> bool:
@@ -170,6 +179,20 @@ class ClassArchive:
             )  # fmt: skip
         log.info("spark: writing a class archive for faster driver starts in the background (pid %s, once)", writer.pid)
 
+    def prune_others(self) -> None:
+        """Delete the archives no driver will map again: this Spark home's for an older JVM or Spark, and those of
+        Spark homes whose files are gone (a removed virtualenv), with their homes. Another environment's archive stays:
+        two virtualenvs sharing the cache would otherwise delete each other's at every start and write it again."""
+        cache, ours = self.path.parent, _archive_home_key(self.path)
+        for home in cache.glob(f"{HOME_PREFIX}*"):
+            if home.is_dir() and not (home / "jars").exists():  # its links point into a deleted pyspark
+                shutil.rmtree(home, ignore_errors=True)
+        for other in cache.glob("driver-classes-*.jsa"):
+            key = _archive_home_key(other)
+            if other != self.path and (key is None or key == ours or not (cache / f"{HOME_PREFIX}{key}").is_dir()):
+                for stale in (other, other.with_suffix(".log"), other.with_suffix(".failures")):
+                    stale.unlink(missing_ok=True)
+
     def write(self) -> bool:
         """The writer: a driver of its own whose JVM records the classes it loads and writes them at its exit."""
         try:
@@ -186,9 +209,7 @@ class ClassArchive:
             code = _run_a_driver(f"-XX:ArchiveClassesAtExit={writing} {QUIET}")
             if code == 0 and writing.exists():
                 os.replace(writing, self.path)
-                for stale in self.path.parent.glob("driver-classes-*.jsa"):
-                    if stale != self.path:
-                        stale.unlink(missing_ok=True)  # another JVM's or Spark's: never used again
+                self.prune_others()
                 return True
             self._failures.write_text(str(self._failed() + 1))  # e.g. a non-empty directory on the class path
             return False

@@ -111,3 +111,33 @@ def test_micros_round_trip_is_exact() -> None:
     value = T0 + timedelta(microseconds=123_456_789)
     assert from_micros(micros(value)) == value
     assert pa.array([micros(value)], type=TIMESTAMP).to_pylist() == [value]
+
+
+def test_values_are_jsons_text_whichever_encoder_writes_them() -> None:
+    """Tables without float columns are encoded by msgspec, the others by json: the text must be json's either way."""
+    import dataclasses
+
+    from spanner_cdc.source.records import ColumnType, Mod
+
+    texts = {"s": "é😀 \x00\x1f\x7f \u2028\u2029 a\"b\\c/", "n": None, "b": True, "i": 2**70, "a": [["x", None], {"k": "v"}]}
+    floats = {"f": 1e16, "g": 1e-7, "h": float("nan"), "j": [0.1, {"x": 5e-324}]}
+    plain = dataclasses.replace(
+        data_record(), mods=(Mod({"id": "1"}, texts, {"s": "plain"}),)
+    )
+    with_floats = dataclasses.replace(
+        data_record(seq="00000002"),
+        column_types=(ColumnType("id", {"code": "INT64"}, True, 1), ColumnType("f", {"code": "FLOAT64"}, False, 2)),
+        mods=(Mod({"id": "1"}, floats, {"f": {"nested": 1e300}}),),
+    )
+    batcher = EnvelopeBatcher(CONTEXT)
+    for record in (plain, with_floats, plain):
+        batcher.add(record)
+    batch = batcher.take()
+    assert batch is not None
+    rows = batch.to_pylist()
+    records = (plain, with_floats, plain)
+    for row, record in zip(rows, records, strict=True):
+        (mod,) = record.mods
+        for column, value in (("keys", mod.keys), ("new_values", mod.new_values), ("old_values", mod.old_values)):
+            assert row[column] == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    assert '"f":1e+16' in rows[1]["new_values"] and '"h":NaN' in rows[1]["new_values"]

@@ -100,3 +100,29 @@ def test_the_archive_is_named_by_the_jvm_and_the_spark_home(tmp_path: Path, monk
     (java / "lib" / "modules").touch()
     monkeypatch.setenv("JAVA_HOME", str(java))
     assert ClassArchive.for_home(tmp_path, home) not in (None, first)
+
+
+def test_a_new_archive_deletes_only_the_archives_no_driver_will_map_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    home = fast_start.spark_home(tmp_path)
+    assert home is not None
+    ours = ClassArchive.for_home(tmp_path, home)
+    assert ours is not None
+    key = home.name.removeprefix(fast_start.HOME_PREFIX)
+    other_env = tmp_path / f"{fast_start.HOME_PREFIX}0123456789abcdef"  # another virtualenv's pyspark, still there
+    other_env.mkdir()
+    (other_env / "jars").symlink_to(PYSPARK / "jars")
+    removed_env = tmp_path / f"{fast_start.HOME_PREFIX}fedcba9876543210"  # a deleted virtualenv's: links dangle
+    removed_env.mkdir()
+    (removed_env / "jars").symlink_to(tmp_path / "gone" / "jars")
+    kept = tmp_path / "driver-classes-0123456789abcdef-1111111111111111.jsa"
+    deleted = [
+        tmp_path / f"driver-classes-{key}-2222222222222222.jsa",  # this Spark home, an older JVM or Spark
+        tmp_path / "driver-classes-fedcba9876543210-3333333333333333.jsa",
+        tmp_path / "driver-classes-4444444444444444.jsa",  # the name before archives named their Spark home
+    ]
+    for path in (ours.path, kept, *deleted, deleted[0].with_suffix(".log")):
+        path.write_bytes(b"")
+    ours.prune_others()
+    assert sorted(tmp_path.glob("driver-classes-*")) == sorted([ours.path, kept])
+    assert sorted(tmp_path.glob(f"{fast_start.HOME_PREFIX}*")) == sorted([home, other_env])
