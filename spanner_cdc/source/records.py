@@ -17,7 +17,8 @@ class _Record(msgspec.Struct, frozen=True, gc=False):
     """Immutable, compared field by field, built by a C constructor: a decoder builds millions of them, and a frozen
     dataclass's __init__ (one object.__setattr__ per field) cost more than reading the record off the wire. Not
     tracked by the cyclic GC (gc=False): a record holds only values decoded for it, so it is never part of a cycle,
-    and the collector does not walk millions of them."""
+    and the collector does not walk millions of them. Copies with changes: msgspec.structs.replace (the dataclasses
+    module's helpers do not apply)."""
 
 
 class ColumnType(_Record, frozen=True):
