@@ -2,7 +2,8 @@
 
 Produces exactly what record_encoding.RecordEncoder.encode() produces (a unit test holds them equal),
 several times faster: repeated strings and column types are encoded once, JSON goes through the C
-encoder, and the nested ARRAY<STRUCT<...>> framing is written as byte strings.
+encoder (msgspec's for tables whose values cannot be floats), and the nested ARRAY<STRUCT<...>> framing is
+written as byte strings. EncodedRecords keeps the rows for later reads of the same records.
 """
 
 from __future__ import annotations
