@@ -41,6 +41,7 @@ from spanner_cdc.local_spanner.model import QueryError
 from spanner_cdc.local_spanner.mutations import MutationSet
 from spanner_cdc.local_spanner.query_partitions import Partitions
 from spanner_cdc.local_spanner.query_run import read_rows, run_select
+from spanner_cdc.local_spanner.record_bytes import EncodedRecords
 from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, RecordEncoder, pg_metadata
 from spanner_cdc.local_spanner.record_proto import ProtoRecordEncoder, proto_metadata
 from spanner_cdc.local_spanner.sessions import Sessions
@@ -77,6 +78,7 @@ class SpannerService:
         self.catalog = catalog
         self.engine = engine
         self.faults = faults
+        self._encoded = {postgres: EncodedRecords() for postgres in (False, True)}  # by dialect: data change rows
         self._lock = threading.Lock()
         self.sessions = Sessions(catalog)
         self._session = self.sessions.session
@@ -335,7 +337,8 @@ class SpannerService:
         records = self.engine.query(database.name, stream.name, token, start, end, heartbeat, stop)
         context.add_callback(stop.set)
         sender = ChangeStreamSender(
-            records, stop, database.postgres, encoded_metadata, resume, self.faults.take(), context.is_active, encoder
+            records, stop, database.postgres, encoded_metadata, resume, self.faults.take(), context.is_active, encoder,
+            None if encoder is not None else self._encoded[database.postgres],
         )
         with self._lock:
             self.active_reads += 1

@@ -17,7 +17,7 @@ from typing import Any
 
 from spanner_cdc.local_spanner import wire
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.record_bytes import FastRecordEncoder
+from spanner_cdc.local_spanner.record_bytes import EncodedRecords, FastRecordEncoder
 from spanner_cdc.local_spanner.record_encoding import RecordEncoder
 
 log = logging.getLogger(__name__)
@@ -136,9 +136,11 @@ class ChangeStreamSender:
         fail_after: int | None,
         is_active: Callable[[], bool],
         encoder: RecordEncoder | None = None,
+        encoded: EncodedRecords | None = None,
     ) -> None:
         self._records = records
         self._encoder = encoder or FastRecordEncoder(postgres)
+        self._encoded = encoded  # rows of data change records encoded by earlier queries (same dialect and encoder)
         self._metadata = metadata
         self._resume = resume
         self._fail_after = fail_after
@@ -155,7 +157,7 @@ class ChangeStreamSender:
     def _produce(self) -> None:
         try:
             resume = self._resume
-            encode = self._encoder.encode
+            encode, encoded_rows = self._encoder.encode, self._encoded
             queue, cond, stop = self._queue, self._cond, self.stop
             for record in self._records:
                 skip_chunks = 0
@@ -163,7 +165,12 @@ class ChangeStreamSender:
                     if record_position(record).key <= resume.key:
                         continue
                     skip_chunks, resume = resume.chunks, None
-                encoded = encode(record)
+                body = record.get("data_change_record") if encoded_rows is not None else None
+                if body is None:
+                    encoded = encode(record)
+                else:
+                    assert encoded_rows is not None
+                    encoded = encoded_rows.get(body) or encoded_rows.put(body, encode(record))
                 parts = [encoded] if len(encoded) <= MESSAGE_BYTES else wire.chunks(self._encoder.row(record), MESSAGE_BYTES)
                 if len(queue) >= QUEUE_ROWS:
                     with cond:

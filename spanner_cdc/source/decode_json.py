@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from datetime import datetime
 from json import loads as _json_loads
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-from spanner_cdc.source.decode import _data_change, _parse_timestamp, _pg_column_types
+from spanner_cdc.source.decode import _parse_timestamp, _pg_column_types
 from spanner_cdc.source.records import ColumnType, DataChangeRecord, Mod
 
 _UNSET: Any = msgspec.UNSET
 
 
-class _DataChange(msgspec.Struct):
-    """The fields decode.py reads, with its defaults for the optional ones: anything else fails validation and
-    goes the slow way, which explains it (or accepts it: INT64 as text, a numeric record_sequence)."""
+class _DataChange(msgspec.Struct, gc=False):  # never in a cycle: no need for the GC to walk it
+    """The fields decode.py reads, with its defaults for the optional ones, and the values it accepts for the two
+    enumerations: anything else fails validation and goes the slow way, which explains it (or accepts it: INT64 as
+    text, a numeric record_sequence). What validates needs no more checks than a record with mods."""
 
     commit_timestamp: str
     record_sequence: str
@@ -24,8 +25,8 @@ class _DataChange(msgspec.Struct):
     table_name: str
     column_types: msgspec.Raw  # kept as bytes: a table's column types repeat, so they are mapped once per text
     mods: tuple[Mod, ...]  # built by msgspec itself; a NULL new_values or old_values fails here and goes the slow way
-    mod_type: str
-    value_capture_type: str
+    mod_type: Literal["INSERT", "UPDATE", "DELETE"]  # records.MOD_TYPES
+    value_capture_type: Literal["OLD_AND_NEW_VALUES", "NEW_ROW", "NEW_VALUES", "NEW_ROW_AND_OLD_VALUES"]
     number_of_records_in_transaction: int
     number_of_partitions_in_transaction: int
     is_last_record_in_transaction_in_partition: bool | None = None
@@ -65,32 +66,29 @@ class FastDataChanges:
         d = row.data_change_record
         if not isinstance(d, _DataChange) or row.heartbeat_record is not _UNSET or row.child_partitions_record is not _UNSET:
             return None
-        try:
-            return _data_change(
-                self._timestamp(d.commit_timestamp), d.record_sequence, d.server_transaction_id,
-                d.is_last_record_in_transaction_in_partition, d.table_name, self._column_types(d.column_types),
-                d.mods,
-                d.mod_type, d.value_capture_type, d.number_of_records_in_transaction,
-                d.number_of_partitions_in_transaction, d.transaction_tag, d.is_system_transaction,
-            )  # fmt: skip
-        except Exception:  # any doubt: the slow path maps the same text and raises its own, explained error
+        if not d.mods:
             return None
-
-    def _timestamp(self, text: str) -> datetime:
-        # the records of a transaction share their commit timestamp: parse each text once
-        if text != self._stamp_text or self._stamp is None:
-            self._stamp = _parse_timestamp(text, "commit_timestamp")
-            self._stamp_text = text
-        return self._stamp
-
-    def _column_types(self, raw: msgspec.Raw) -> tuple[ColumnType, ...]:
-        key = bytes(raw)
-        found = self._columns.get(key)
-        if found is None:
-            found = _pg_column_types(_json_loads(key))
+        # a transaction's records share their commit timestamp, a table's records their column types: each mapped once
+        if d.commit_timestamp != self._stamp_text or self._stamp is None:
+            try:
+                self._stamp = _parse_timestamp(d.commit_timestamp, "commit_timestamp")
+            except Exception:  # any doubt: the slow path maps the same text and raises its own, explained error
+                return None
+            self._stamp_text = d.commit_timestamp
+        key = bytes(d.column_types)
+        columns = self._columns.get(key)
+        if columns is None:
+            try:
+                columns = _pg_column_types(_json_loads(key))
+            except Exception:
+                return None
             if len(self._columns) < 1024:
-                self._columns[key] = found
-        return found
+                self._columns[key] = columns
+        return DataChangeRecord(
+            self._stamp, d.record_sequence, d.server_transaction_id, d.is_last_record_in_transaction_in_partition or False,
+            d.table_name, columns, d.mods, d.mod_type, d.value_capture_type, d.number_of_records_in_transaction,
+            d.number_of_partitions_in_transaction, d.transaction_tag or "", d.is_system_transaction or False,
+        )  # fmt: skip
 
 
 __all__ = ["FastDataChanges"]

@@ -172,9 +172,10 @@ def _layout(struct: dict[str, tuple[int, Any]] | None, what: str) -> list[int] |
     return [struct[name][0] for name in wanted]
 
 
-def wire_mapper(fields: Sequence[Any]) -> RowMapper | None:
+def wire_mapper(fields: Sequence[Any], from_bytes: bool = True) -> RowMapper | None:
     """A mapper of undecoded GoogleSQL rows (lists of protobuf Values, lazy_decode=True) into typed records,
-    or None when the result metadata is not the documented ChangeRecord shape."""
+    or None when the result metadata is not the documented ChangeRecord shape. With the fields in their documented
+    order and `from_bytes`, data change rows are read from their serialized bytes (decode_bytes.py)."""
     names = [f.name for f in fields]
     column = names.index("ChangeRecord") if "ChangeRecord" in names else (0 if len(names) == 1 else -1)
     outer = _struct_fields(fields[column].type_) if column >= 0 else None
@@ -199,7 +200,13 @@ def wire_mapper(fields: Sequence[Any]) -> RowMapper | None:
             layouts[part] = inner
     mods = _struct_fields(outer["data_change_record"][1]) if "data_change_record" in outer else None
     plain = layouts.get("mods") == [0, 1, 2] and mods is not None and len(_struct_fields(mods["mods"][1]) or ()) == 3
-    return _WireRecords(column, {kind: outer[kind][0] for kind in RECORD_KINDS if kind in outer}, layouts, plain)
+    kinds = {kind: outer[kind][0] for kind in RECORD_KINDS if kind in outer}
+    records = _WireRecords(column, kinds, layouts, plain)
+    if from_bytes and plain and list(kinds.values()) == [0, 1, 2] and layouts["data_change_record"] == list(range(len(DATA_CHANGE_FIELDS))):
+        from spanner_cdc.source.decode_bytes import BytesRecords  # it falls back on this module's mapper
+
+        return BytesRecords(column, records)
+    return records
 
 
 class _WireRecords:

@@ -115,16 +115,16 @@ def test_micros_round_trip_is_exact() -> None:
 
 def test_values_are_jsons_text_whichever_encoder_writes_them() -> None:
     """Tables without float columns are encoded by msgspec, the others by json: the text must be json's either way."""
-    import dataclasses
+    from msgspec.structs import replace  # records are msgspec structs
 
     from spanner_cdc.source.records import ColumnType, Mod
 
     texts = {"s": "é😀 \x00\x1f\x7f \u2028\u2029 a\"b\\c/", "n": None, "b": True, "i": 2**70, "a": [["x", None], {"k": "v"}]}
     floats = {"f": 1e16, "g": 1e-7, "h": float("nan"), "j": [0.1, {"x": 5e-324}]}
-    plain = dataclasses.replace(
+    plain = replace(
         data_record(), mods=(Mod({"id": "1"}, texts, {"s": "plain"}),)
     )
-    with_floats = dataclasses.replace(
+    with_floats = replace(
         data_record(seq="00000002"),
         column_types=(ColumnType("id", {"code": "INT64"}, True, 1), ColumnType("f", {"code": "FLOAT64"}, False, 2)),
         mods=(Mod({"id": "1"}, floats, {"f": {"nested": 1e300}}),),

@@ -12,7 +12,8 @@ from google.cloud.spanner_v1.streamed import StreamedResultSet
 from google.cloud.spanner_v1.types import PartialResultSet
 
 from spanner_cdc.local_spanner import streaming
-from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA
+from spanner_cdc.local_spanner.record_bytes import EncodedRecords, FastRecordEncoder
+from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, pg_metadata
 from spanner_cdc.local_spanner.streaming import ChangeStreamSender, FaultInjector, InjectedFailure, Position
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
@@ -111,3 +112,38 @@ def test_positions_order_records_within_a_timestamp() -> None:
     assert Position(10, 0, "00000010").key > data.key  # sequences compare as numbers
     assert Position(10, 1, "").key > data.key  # a heartbeat at the same time comes after the data
     assert Position.parse(data.token()) == data
+
+
+class CountingEncoder(FastRecordEncoder):
+    def __init__(self, postgres: bool) -> None:
+        super().__init__(postgres)
+        self.encoded = 0
+
+    def encode(self, record: dict[str, Any]) -> bytes:
+        self.encoded += 1
+        return super().encode(record)
+
+
+@pytest.mark.parametrize("postgres", [False, True], ids=["googlesql", "postgresql"])
+def test_a_partition_read_again_sends_the_same_messages_without_encoding_its_data_again(postgres: bool) -> None:
+    stream = records()
+    cache = EncodedRecords()
+    sent, encoders = [], []
+    for cached in (None, cache, cache):
+        encoder = CountingEncoder(postgres)
+        metadata = pg_metadata("s") if postgres else GOOGLESQL_METADATA
+        sender = ChangeStreamSender(iter(stream), threading.Event(), postgres, metadata, None, None, lambda: True, encoder, cached)
+        sent.append(decode(list(sender.messages())))  # rows, whatever the messages' batching
+        encoders.append(encoder.encoded)
+    assert sent[0] == sent[1] == sent[2] and len(sent[0]) == len(stream)
+    data = sum(1 for r in stream if "data_change_record" in r)
+    assert encoders == [len(stream), len(stream), len(stream) - data]  # heartbeats and partition records: per query
+
+
+def test_encoded_records_are_keyed_by_the_record_object_and_bounded() -> None:
+    cache = EncodedRecords(budget=10)
+    first, equal = {"a": 1}, {"a": 1}
+    cache.put(first, b"12345")
+    assert cache.get(first) == b"12345" and cache.get(equal) is None
+    cache.put(equal, b"678901")  # past the budget: the cache starts over
+    assert cache.get(first) is None and cache.get(equal) == b"678901"

@@ -10,6 +10,7 @@ import pytest
 
 from spanner_cdc.source.decode import row_mapper
 from spanner_cdc.source.decode_json import FastDataChanges
+from spanner_cdc.source.records import MOD_TYPES, VALUE_CAPTURE_TYPES
 from tests.unit.source import test_decode_examples as ex
 
 DATA_CHANGES = [ex.TRANSFER_1, ex.TRANSFER_2, ex.NEW_VALUES, ex.NEW_ROW]
@@ -73,3 +74,16 @@ def test_column_types_are_mapped_once_per_text() -> None:
     assert first is not None and second is not None
     assert first.column_types is second.column_types
     assert first.column_types == _records("POSTGRESQL", [ex.TRANSFER_1])[0].column_types
+
+
+@pytest.mark.parametrize(
+    ("field", "accepted"), [("mod_type", MOD_TYPES), ("value_capture_type", VALUE_CAPTURE_TYPES)]
+)
+def test_each_mod_type_and_capture_type_takes_the_fast_path_and_maps_like_the_slow_one(field: str, accepted: tuple[str, ...]) -> None:
+    fast = FastDataChanges()
+    for value in accepted:
+        example = ex.with_changes(ex.TRANSFER_1, **{field: value})
+        record = fast(json.dumps(example))
+        assert record is not None and getattr(record, field) == value
+        assert record == _records("POSTGRESQL", [example])[0]
+    assert fast(json.dumps(ex.with_changes(ex.TRANSFER_1, **{field: accepted[0].lower()}))) is None
