@@ -9,6 +9,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from bench.extract_support import (
     write_orders,
 )
 from spanner_cdc.devstack.spanner_server import LocalSpanner
+from spanner_cdc.devstack.spark_cluster import ConnectServer
 from spanner_cdc.settings import Settings
 from spanner_cdc.spark.fast_start import CACHE_ENV
 
@@ -37,6 +39,7 @@ TARGET = 3.0  # extract end to end <= 3x the sum of the bare drains of the windo
 BULK_TARGET = 1 / 3  # the whole process lands a 100,000-mod window >= 3x as fast as the bare client drains it
 BULK_PER_COMMIT = 400
 ROLES = ("driver (python)", "max one python workers", "python workers", "JVM", "tree total")
+SPARK = {"local": "local[2]", "connect": "a warm Spark Connect server (local[2])"}
 
 
 def _bare_drains(database: Any, start: datetime, end: datetime) -> tuple[int, int, float]:
@@ -52,11 +55,13 @@ def _bare_drains(database: Any, start: datetime, end: datetime) -> tuple[int, in
 
 
 def bench_scale(base: Settings, partitions: int, transactions: int, rounds: int, tmp: Path, bulk_mods: int = 0,
-                caches: Sequence[str] = ("on",)) -> list[dict[str, Any]]:  # fmt: skip
+                caches: Sequence[str] = ("on",), spark: str = "local") -> list[dict[str, Any]]:  # fmt: skip
     from spanner_cdc.source.client import stream_metadata
 
     results = []
-    with LocalSpanner(extra_args=policy_args(partitions), log_path=tmp / "scale-server.log") as server:
+    connect: AbstractContextManager[Any] = ConnectServer(work_dir=tmp / "connect") if spark == "connect" else nullcontext()
+    with LocalSpanner(extra_args=policy_args(partitions), log_path=tmp / "scale-server.log") as server, connect as launched:
+        master = launched.url if launched is not None else "local[2]"
         database = new_database(server)
         created = stream_metadata(database, STREAM, "GOOGLE_STANDARD_SQL").created_at
         assert created is not None
@@ -64,10 +69,13 @@ def bench_scale(base: Settings, partitions: int, transactions: int, rounds: int,
             end, expected = window_after(bulk_rows(database, bulk_mods, per_transaction=BULK_PER_COMMIT)), bulk_mods
         else:  # ids spread over the key space: every partition gets a few rows
             end, expected = window_after(write_orders(database, transactions, lines=1, spread=2**62 // transactions)), 2 * transactions
+        if launched is not None:  # the server's own first job (its JVM's warm-up, its Python workers) is not the run's
+            warm = dataclasses.replace(base, database=database.database_id, emulator_host=server.host, spark_master=master, namespace="warm")
+            extract_with_memory(warm, created, end)
         for round_, cache in ((r, c) for r in range(rounds) for c in caches):
             count, records, bare_s = _bare_drains(database, created, end)
             settings = dataclasses.replace(
-                base, database=database.database_id, emulator_host=server.host, spark_master="local[2]", namespace=f"s{round_}{cache}",
+                base, database=database.database_id, emulator_host=server.host, spark_master=master, namespace=f"s{round_}{cache}",
             )  # fmt: skip
             env = {"PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell", **({CACHE_ENV: "off"} if cache == "off" else {})}
             began = time.perf_counter()
@@ -76,13 +84,14 @@ def bench_scale(base: Settings, partitions: int, transactions: int, rounds: int,
             if not summary["complete"] or summary["records"] != expected:
                 raise SystemExit(f"round {round_}: the extract landed {summary['records']} rows (complete: {summary['complete']})")
             results.append({"partitions": count, "records": records, "bare_s": bare_s, "extract_s": extract_s, "cache": cache,
-                            "ratio": extract_s / bare_s, "tokens": summary["tokens"], "peaks": peaks})  # fmt: skip
+                            "ratio": extract_s / bare_s, "tokens": summary["tokens"], "peaks": peaks, "spark": spark})  # fmt: skip
     return results
 
 
 def report(results: list[dict[str, Any]], target: float = TARGET) -> None:
     print(f"{COMMAND}: one run, one machine, side by side")
-    print("\n[scale] one window, every partition with a few rows; `spanner-cdc extract` (local[2]) vs the bare drains")
+    spark = results[0]["spark"]
+    print(f"\n[scale] one window, every partition with a few rows; `spanner-cdc extract` ({SPARK[spark]}) vs the bare drains")
     print(f"  {'partitions':>10} {'records':>8} {'start cache':>11} {'bare drains s':>14} {'extract s':>10} {'ratio':>7}  "
           + "  ".join(f"{r:>22}" for r in ROLES))  # fmt: skip
     for r in results:
@@ -93,10 +102,13 @@ def report(results: list[dict[str, Any]], target: float = TARGET) -> None:
         print(f"  median extract s with the start cache {on:.1f}, without {off:.1f}: {off / on:.2f}x faster with it")
     results = [r for r in results if r["cache"] == "on"]
     median = statistics.median(r["ratio"] for r in results)
-    what = f"{results[0]['partitions']:,} partitions, {results[0]['records']:,} records"
+    what = f"{results[0]['partitions']:,} partitions, {results[0]['records']:,} records" + (", Spark Connect" if spark == "connect" else "")
     figures.report(f"whole extract / bare drains, {what}", median, target, "x", higher_is_better=False)
     print(f"  median extract / bare drains {median:.2f}x, target <= {target:.2f}x: {'meets' if median <= target else 'MISSES'}")
-    print("  extract s: the whole process (imports, JVM, plan, waves, close); bare drains: the official client, one partition after another")
+    print("  extract s: the whole process (imports, JVM or Connect session, plan, waves, close); bare drains: the official client, "
+          "one partition after another")
+    if spark == "connect":
+        print("  memory: the extract's own process tree (the server's JVM and its Python workers are not in it)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "the issue's whole-process extract of a 100,000-mod window)")  # fmt: skip
     parser.add_argument("--start-cache", choices=("on", "both"), default="on",
                         help=f"both: every round also extracts with {CACHE_ENV}=off (driver start caches off), alternating")  # fmt: skip
+    parser.add_argument("--spark", choices=tuple(SPARK), default="local",
+                        help="local: each extract starts its own local[2] driver; connect: every extract runs on one Spark Connect "
+                        "server started here and warmed by an untimed extract first (the long-lived server the architecture names)")  # fmt: skip
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as name:
         tmp = Path(name)
@@ -116,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             base = Settings(project=PROJECT, instance=INSTANCE, stream=STREAM, metadata_url=url, output_root=tmp / "lake",
                             heartbeat_ms=1000, home=tmp / "home", concurrency=4)  # fmt: skip
             caches = ("on", "off") if args.start_cache == "both" else ("on",)
-            results = bench_scale(base, args.partitions, args.transactions, args.rounds, tmp, args.bulk_mods, caches)
+            results = bench_scale(base, args.partitions, args.transactions, args.rounds, tmp, args.bulk_mods, caches, args.spark)
     report(results, BULK_TARGET if args.bulk_mods else TARGET)
     return 0
 
