@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 
+from spanner_cdc.json_text import float_free_text, may_hold_floats
 from spanner_cdc.lake.columns import LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA
 from spanner_cdc.source.records import ColumnType, DataChangeRecord
 
@@ -51,25 +51,10 @@ def _json(value: Any) -> str:
     return _encode(value)
 
 
-_compact = msgspec.json.encode
-# Type codes whose values are JSON numbers that may be floats (or hold them: JSON columns, arrays of floats). msgspec
-# writes a float's exponent without its sign (1e16, not json's 1e+16) and NaN as null; text and integers come out
-# byte for byte as json writes them, ~10x faster.
-_FLOAT_CODES = ("FLOAT", "JSON")
-
-
 def _values_encoder(column_types: tuple[ColumnType, ...]) -> Callable[[Any], str | bytes]:
-    """How a table's mod values become JSON text: msgspec when no column can hold a float, else json (the lake's
-    text of a value never depends on which one wrote it; bytes are UTF-8 text, which Arrow takes as a string)."""
-    types = json.dumps([c.type for c in column_types])
-    return _encode if any(code in types for code in _FLOAT_CODES) else _compact_or_json
-
-
-def _compact_or_json(value: Any) -> str | bytes:
-    try:
-        return _compact(value)
-    except (msgspec.EncodeError, UnicodeEncodeError, TypeError, OverflowError):  # e.g. a lone surrogate from json
-        return _encode(value)
+    """How a table's mod values become JSON text: the faster way when no column can hold a float, else json (the
+    text is json's either way; bytes are UTF-8 text, which Arrow takes as a string)."""
+    return _encode if may_hold_floats(c.type for c in column_types) else float_free_text
 
 
 def _uuid5(name: str) -> str:

@@ -12,8 +12,7 @@ import json
 from json import encoder as json_encoder
 from typing import Any
 
-import msgspec
-
+from spanner_cdc.json_text import float_free_text, may_hold_floats
 from spanner_cdc.local_spanner import wire
 from spanner_cdc.local_spanner.record_encoding import RecordEncoder
 
@@ -42,23 +41,9 @@ def _json(value: Any) -> str:
     return "".join(_json_chunks(value, 0))
 
 
-_msgspec_json = msgspec.json.encode
-# msgspec writes text, integers of any size, booleans and null exactly as json does here (a unit test holds them
-# equal over every code point), several times faster; floats differ (1e16 for json's 1e+16, null for NaN), so
-# records of tables with a column that may hold one (FLOAT32/64, JSON, arrays of them) keep json
-_FLOAT_CODES = ('"FLOAT', '"JSON"')
-
-
 def _no_floats(column_types: list[dict[str, Any]]) -> bool:
-    return not any(code in _json(c["type"]) for c in column_types for code in _FLOAT_CODES)
-
-
-def _json_bytes(value: Any) -> bytes:
-    """json's UTF-8 text of a value holding no float."""
-    try:
-        return _msgspec_json(value)
-    except (msgspec.EncodeError, TypeError, UnicodeEncodeError, OverflowError):  # what json would write or refuse itself
-        return _json(value).encode()
+    # records of tables with a column that may hold a float keep json (json_text says why)
+    return not may_hold_floats(c["type"] for c in column_types)
 
 
 def _item(value: bytes) -> bytes:
@@ -112,8 +97,8 @@ class FastRecordEncoder(RecordEncoder):
         for mod in r["mods"]:
             old = mod["old_values"]
             if no_floats:
-                body = (_bytes_item(_json_bytes(mod["keys"])) + _bytes_item(_json_bytes(mod["new_values"]))
-                        + (_bytes_item(_json_bytes(old)) if old else _EMPTY_JSON_ITEM))
+                body = (_bytes_item(float_free_text(mod["keys"])) + _bytes_item(float_free_text(mod["new_values"]))
+                        + (_bytes_item(float_free_text(old)) if old else _EMPTY_JSON_ITEM))
             else:
                 body = (_string_item(_json(mod["keys"])) + _string_item(_json(mod["new_values"]))
                         + (_string_item(_json(old)) if old else _EMPTY_JSON_ITEM))
@@ -164,8 +149,8 @@ class FastRecordEncoder(RecordEncoder):
     def _pg_data(self, r: dict[str, Any]) -> bytes:
         if self.cached_column_types(r["column_types"], _no_floats):
             mods = b",".join([
-                b'{"keys":' + _json_bytes(m["keys"]) + b',"new_values":' + _json_bytes(m["new_values"])
-                + b',"old_values":' + (_json_bytes(m["old_values"]) if m["old_values"] else b"{}") + b"}"
+                b'{"keys":' + float_free_text(m["keys"]) + b',"new_values":' + float_free_text(m["new_values"])
+                + b',"old_values":' + (float_free_text(m["old_values"]) if m["old_values"] else b"{}") + b"}"
                 for m in r["mods"]
             ]).decode()
         else:

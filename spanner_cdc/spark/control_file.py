@@ -190,6 +190,11 @@ class ControlSummary:
             error_message=data.get("error_message"),
         )
 
+    def fail(self, exc: BaseException) -> None:
+        """The token failed with `exc`: the driver raises its type (when it knows it) with its message."""
+        self.error_type = type(exc).__name__
+        self.error_message = str(exc)
+
     def to_text(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True)
 

@@ -108,8 +108,7 @@ class _Clock:
 
 
 def _failed(spec: TokenJobSpec, summary: ControlSummary, exc: BaseException) -> None:
-    summary.error_type = type(exc).__name__
-    summary.error_message = str(exc)
+    summary.fail(exc)
     summary.write(spec.control_path)
 
 
@@ -264,7 +263,7 @@ def land_in_wave(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
         listing = _land(spec, summary)
     except Exception as exc:  # noqa: BLE001 - reported in the token's summary row
         log.warning("%s %s: token failed in its wave job: %s", spec.stream, spec.token, exc)
-        summary.error_type, summary.error_message = type(exc).__name__, str(exc)
+        summary.fail(exc)
         yield _summary_row(summary)
         return
     clock.stamp(summary)

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "spanner_cdc"
 
 # Lowest first. docs/architecture.md draws the same arrows.
 LAYERS: list[set[str]] = [
-    {"errors", "names", "masking", "times"},  # vocabulary, formats and error types: import nothing of the project
+    {"errors", "names", "masking", "times", "json_text"},  # vocabulary, formats and error types: import nothing of the project
     {"settings", "stream_config"},  # configuration
     {"lineage"},  # pure rules, no I/O
     {"source"},  # the change stream: records, queries, decoding, the reader
