@@ -39,10 +39,11 @@ def read_checked(path: str) -> pa.Table:
     """The checked columns of one lake file, a local path or an object in a bucket."""
     import pyarrow.parquet as pq
 
+    # ParquetFile reads one file as it is (read_table plans a dataset first: ~3x the cost of a small file's read)
     if not storage.scheme_of(path):
-        return pq.read_table(path, columns=CHECKED.names).select(CHECKED.names).cast(CHECKED)
+        return pq.ParquetFile(path).read(columns=CHECKED.names).select(CHECKED.names).cast(CHECKED)
     with storage.filesystem(path).open(storage.bare(path), "rb") as handle:
-        return pq.read_table(handle, columns=CHECKED.names).select(CHECKED.names).cast(CHECKED)
+        return pq.ParquetFile(handle).read(columns=CHECKED.names).select(CHECKED.names).cast(CHECKED)
 
 
 def driver_transaction_check(paths: Sequence[str], *, window_start: datetime, window_end: datetime) -> dict[str, Any]:
