@@ -18,10 +18,11 @@ FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT"
 WAVE_FILES_DDL = FILES_DDL + ", `token` STRING, `control` STRING"
 
 
-# A wave job's options: the JSON list of its tokens' options (TokenJobSpec.options()), and how many of them
-# one task lands, one after another (a task costs Spark far more than a small token's reading and landing).
+# A wave job's options: the JSON list of its tokens' options (TokenJobSpec.options()), how many of them one task
+# lands (a task costs Spark far more than a small token's reading and landing), and how many of those at once.
 WAVE_OPTION = "wave"
 TASK_TOKENS_OPTION = "task_tokens"
+TASK_THREADS_OPTION = "task_threads"  # how many of a task's tokens it lands at once
 
 
 class SpannerChangeStreamReader(DataSourceReader):
@@ -29,6 +30,7 @@ class SpannerChangeStreamReader(DataSourceReader):
         self.options = dict(options)
         self.is_wave = WAVE_OPTION in self.options
         self.task_tokens = max(1, int(self.options.get(TASK_TOKENS_OPTION, "1")))
+        self.task_threads = max(1, int(self.options.get(TASK_THREADS_OPTION, "1")))
 
     def __getstate__(self) -> dict[str, Any]:
         # Every task receives this reader pickled, and a wave's tokens travel in their tasks' partitions: without the
@@ -56,12 +58,11 @@ class SpannerChangeStreamReader(DataSourceReader):
         return _settled_after(land_token(spec) if spec.writer == "arrow" else read_token(spec))
 
     def _land_tokens(self, tokens: list[dict[str, str]]) -> Iterator[Any]:
-        from spanner_cdc.spark.executor import land_in_wave
+        from spanner_cdc.spark.executor import land_wave_tokens
         from spanner_cdc.spark.spec import TokenJobSpec
 
         # each token fails alone, as in a task of its own: land_in_wave reports its error in its summary row
-        for options in tokens:
-            yield from land_in_wave(TokenJobSpec.from_options(options))
+        return land_wave_tokens([TokenJobSpec.from_options(options) for options in tokens], self.task_threads)
 
 
 def _settled_after(rows: Iterator[Any]) -> Iterator[Any]:

@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -137,9 +137,10 @@ class TableFiles:
     directory when it is a bucket) and appears under its name only complete: renamed, or uploaded once.
     """
 
-    def __init__(self, destination: Callable[[str], str], scratch_dir: Path) -> None:
+    def __init__(self, destination: Callable[[str], str], scratch_dir: Path, max_buffered: int = MAX_BUFFERED_BYTES) -> None:
         self.destination = destination
         self.scratch_dir = scratch_dir
+        self.max_buffered = max_buffered
         self.writers: dict[str, tuple[Any, Path]] = {}
         self.rows: dict[str, int] = {}
         self.pending: dict[str, list[pa.RecordBatch]] = {}
@@ -157,7 +158,7 @@ class TableFiles:
             self.pending_bytes += rows.nbytes
             if self.pending_rows[table] >= ROW_GROUP_ROWS:
                 self._flush(table)
-        if self.pending_bytes >= MAX_BUFFERED_BYTES:
+        if self.pending_bytes >= self.max_buffered:
             for table in list(self.pending):
                 self._flush(table)
 
@@ -223,9 +224,9 @@ def _destinations(spec: TokenJobSpec) -> Callable[[str], str]:
     return destination
 
 
-def _land(spec: TokenJobSpec, summary: ControlSummary) -> pa.RecordBatch:
+def _land(spec: TokenJobSpec, summary: ControlSummary, max_buffered: int = MAX_BUFFERED_BYTES) -> pa.RecordBatch:
     """Read the token and publish its files; their listing. A failure drops what was written and raises."""
-    files = TableFiles(_destinations(spec), Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex)
+    files = TableFiles(_destinations(spec), Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex, max_buffered)
     try:
         for batch in _read(spec, summary):
             files.write(batch)
@@ -251,7 +252,7 @@ def land_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
     yield listing
 
 
-def land_in_wave(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
+def land_in_wave(spec: TokenJobSpec, max_buffered: int = MAX_BUFFERED_BYTES) -> Iterator[pa.RecordBatch]:
     """One token of a wave job: its files landed as `land_token` does, listed with their token, then one row that
     carries its control summary (the job's rows reach the driver anyway: no control file to write and read back).
 
@@ -260,7 +261,7 @@ def land_in_wave(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
     """
     summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
     try:
-        listing = _land(spec, summary)
+        listing = _land(spec, summary, max_buffered)
     except Exception as exc:  # noqa: BLE001 - reported in the token's summary row
         log.warning("%s %s: token failed in its wave job: %s", spec.stream, spec.token, exc)
         summary.fail(exc)
@@ -278,3 +279,43 @@ def _summary_row(summary: ControlSummary) -> pa.RecordBatch:
         [{"table": None, "path": None, "rows": 0, "bytes": 0, "token": summary.token, "control": summary.to_text()}],
         schema=WAVE_SCHEMA,
     )
+
+
+_token_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
+def _token_pool(threads: int) -> ThreadPoolExecutor:
+    """The worker process's pool for a wave task's tokens (kept across tasks, as the publish pool)."""
+    with _publish_lock:
+        key = (os.getpid(), threads)
+        pool = _token_pools.get(key)
+        if pool is None:
+            pool = _token_pools[key] = ThreadPoolExecutor(threads, thread_name_prefix="token")
+        return pool
+
+
+def _landed_rows(spec: TokenJobSpec, max_buffered: int) -> list[pa.RecordBatch]:
+    return list(land_in_wave(spec, max_buffered))
+
+
+def land_wave_tokens(specs: list[TokenJobSpec], threads: int) -> Iterator[pa.RecordBatch]:
+    """A wave task's tokens, each as `land_in_wave` lands it, up to `threads` at once; rows in the tokens' order.
+
+    A small token mostly waits (its query's first rows, its files' flush to disk), and gRPC and file writes release
+    the GIL: tokens landed side by side overlap those waits. The task's buffer budget is shared among them, so a
+    task holds no more than one token did. The task ends only when no token of it is still landing, whatever ends it.
+    """
+    if threads <= 1 or len(specs) <= 1:
+        for spec in specs:
+            yield from land_in_wave(spec)
+        return
+    budget = MAX_BUFFERED_BYTES // min(threads, len(specs))
+    pool = _token_pool(threads)
+    futures = [pool.submit(_landed_rows, spec, budget) for spec in specs]
+    try:
+        for future in futures:
+            yield from future.result()
+    finally:  # a task that ends early (its rows no longer wanted, an error) leaves no token landing behind it
+        for future in futures:
+            future.cancel()
+        wait(futures)

@@ -12,7 +12,14 @@ from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
 from spanner_cdc.names import short_token
 from spanner_cdc.settings import env_int
 from spanner_cdc.spark.control_file import ControlSummary
-from spanner_cdc.spark.datasource import FILES_DDL, SOURCE_NAME, TASK_TOKENS_OPTION, WAVE_FILES_DDL, WAVE_OPTION
+from spanner_cdc.spark.datasource import (
+    FILES_DDL,
+    SOURCE_NAME,
+    TASK_THREADS_OPTION,
+    TASK_TOKENS_OPTION,
+    WAVE_FILES_DDL,
+    WAVE_OPTION,
+)
 from spanner_cdc.spark.spec import TokenJobSpec
 
 if TYPE_CHECKING:
@@ -93,6 +100,16 @@ def task_tokens() -> int:
     return env_int(TASK_TOKENS_ENV, TASK_TOKENS, 1, 1000)
 
 
+# How many of a task's tokens it lands at once (threads in the task's Python worker): a small token mostly waits
+# on its query and on its files' flush to disk, and those waits overlap. 1 lands them one after another.
+TASK_THREADS_ENV = "SPANNER_CDC_TASK_THREADS"
+TASK_THREADS = 4
+
+
+def task_threads() -> int:
+    return env_int(TASK_THREADS_ENV, TASK_THREADS, 1, 64)
+
+
 def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[TokenOutcome]:
     """Driver side: one Spark job lands many tokens (arrow writer), a task per few tokens.
 
@@ -105,7 +122,7 @@ def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[Tok
     ensure_source_registered(spark)
     wave = json.dumps([spec.options() for spec in specs])
     reader = spark.read.format(SOURCE_NAME).schema(WAVE_FILES_DDL).option(WAVE_OPTION, wave)
-    frame = reader.option(TASK_TOKENS_OPTION, str(task_tokens())).load()
+    frame = reader.option(TASK_TOKENS_OPTION, str(task_tokens())).option(TASK_THREADS_OPTION, str(task_threads())).load()
     job_error: Exception | None = None
     listings: dict[str, list[dict[str, Any]]] = {spec.token: [] for spec in specs}
     summaries: dict[str, ControlSummary] = {}

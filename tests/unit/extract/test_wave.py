@@ -92,3 +92,24 @@ def test_a_wave_tokens_summary_row_fits_the_jobs_schema_and_carries_the_whole_su
     (row,) = _summary_row(summary).to_pylist()
     assert (row["table"], row["path"], row["rows"], row["token"]) == (None, None, 0, "tok")  # no file: not listed
     assert ControlSummary.from_text(row["control"]) == summary
+
+
+def test_a_wave_task_lands_its_tokens_with_the_threads_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import pickle
+
+    from spanner_cdc.spark.datasource import TASK_THREADS_OPTION, WAVE_OPTION, SpannerChangeStreamReader
+    from spanner_cdc.spark.token_job import TASK_THREADS, TASK_THREADS_ENV, task_threads
+
+    wave = json.dumps([{"token": "t"}])
+    assert SpannerChangeStreamReader({WAVE_OPTION: wave}).task_threads == 1  # a job planned without the option
+    shipped = pickle.loads(pickle.dumps(SpannerChangeStreamReader({WAVE_OPTION: wave, TASK_THREADS_OPTION: "3"})))
+    assert shipped.task_threads == 3
+    monkeypatch.delenv(TASK_THREADS_ENV, raising=False)
+    assert task_threads() == TASK_THREADS
+    monkeypatch.setenv(TASK_THREADS_ENV, "1")
+    assert task_threads() == 1
+    for bad in ("0", "x", "65"):
+        monkeypatch.setenv(TASK_THREADS_ENV, bad)
+        with pytest.raises(ConfigError, match=f"{TASK_THREADS_ENV}.*an integer in"):
+            task_threads()
