@@ -54,6 +54,22 @@ def _bare_drains(database: Any, start: datetime, end: datetime) -> tuple[int, in
     return len(roots), records, time.perf_counter() - began
 
 
+def _floor(server: Any, database: Any, start: datetime, end: datetime, lake: Path) -> tuple[float, float]:
+    """(whole process s, of which Python and its imports s) of `bench.floor_worker` on the window."""
+    import json
+    import subprocess
+    import sys
+
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "bench.floor_worker", server.host, database.database_id, start.isoformat(), end.isoformat(),
+                           str(lake)], capture_output=True, text=True, timeout=3600, check=False)  # fmt: skip
+    whole = time.perf_counter() - began
+    if done.returncode != 0:
+        raise SystemExit(f"floor worker failed:\n{done.stderr[-3000:]}")
+    parts = json.loads(done.stdout.strip().splitlines()[-1])
+    return whole, whole - parts["land_s"]
+
+
 def bench_scale(base: Settings, partitions: int, transactions: int, rounds: int, tmp: Path, bulk_mods: int = 0,
                 caches: Sequence[str] = ("on",), spark: str = "local") -> list[dict[str, Any]]:  # fmt: skip
     from spanner_cdc.source.client import stream_metadata
@@ -83,8 +99,10 @@ def bench_scale(base: Settings, partitions: int, transactions: int, rounds: int,
             extract_s = time.perf_counter() - began
             if not summary["complete"] or summary["records"] != expected:
                 raise SystemExit(f"round {round_}: the extract landed {summary['records']} rows (complete: {summary['complete']})")
+            floor_s, floor_start_s = _floor(server, database, created, end, tmp / f"floor{round_}{cache}")
             results.append({"partitions": count, "records": records, "bare_s": bare_s, "extract_s": extract_s, "cache": cache,
-                            "ratio": extract_s / bare_s, "tokens": summary["tokens"], "peaks": peaks, "spark": spark})  # fmt: skip
+                            "ratio": extract_s / bare_s, "tokens": summary["tokens"], "peaks": peaks, "spark": spark,
+                            "floor_s": floor_s, "floor_start_s": floor_start_s})  # fmt: skip
     return results
 
 
@@ -92,10 +110,11 @@ def report(results: list[dict[str, Any]], target: float = TARGET) -> None:
     print(f"{COMMAND}: one run, one machine, side by side")
     spark = results[0]["spark"]
     print(f"\n[scale] one window, every partition with a few rows; `spanner-cdc extract` ({SPARK[spark]}) vs the bare drains")
-    print(f"  {'partitions':>10} {'records':>8} {'start cache':>11} {'bare drains s':>14} {'extract s':>10} {'ratio':>7}  "
-          + "  ".join(f"{r:>22}" for r in ROLES))  # fmt: skip
+    print(f"  {'partitions':>10} {'records':>8} {'start cache':>11} {'bare drains s':>14} {'extract s':>10} {'ratio':>7} {'floor s':>8} "
+          f"{'its start s':>11} {'floor ratio':>11}  " + "  ".join(f"{r:>22}" for r in ROLES))  # fmt: skip
     for r in results:
-        print(f"  {r['partitions']:>10,} {r['records']:>8,} {r['cache']:>11} {r['bare_s']:>14.1f} {r['extract_s']:>10.1f} {r['ratio']:>6.1f}x  "
+        print(f"  {r['partitions']:>10,} {r['records']:>8,} {r['cache']:>11} {r['bare_s']:>14.1f} {r['extract_s']:>10.1f} {r['ratio']:>6.1f}x "
+              f"{r['floor_s']:>8.2f} {r['floor_start_s']:>11.2f} {r['floor_s'] / r['bare_s']:>10.2f}x  "
               + "  ".join(f"{mib(r['peaks'].get(role, 0)):>22}" for role in ROLES))  # fmt: skip
     if len({r["cache"] for r in results}) > 1:  # the start caches' own effect, alternating in this run
         on, off = (statistics.median(r["extract_s"] for r in results if r["cache"] == c) for c in ("on", "off"))
@@ -107,6 +126,11 @@ def report(results: list[dict[str, Any]], target: float = TARGET) -> None:
     print(f"  median extract / bare drains {median:.2f}x, target <= {target:.2f}x: {'meets' if median <= target else 'MISSES'}")
     print("  extract s: the whole process (imports, JVM or Connect session, plan, waves, close); bare drains: the official client, "
           "one partition after another")
+    floor = statistics.median(r["floor_s"] / r["bare_s"] for r in results)
+    print(f"  floor s: a fresh Python process that imports the client and reads and lands every partition itself as a wave task does "
+          f"(no Spark, no store); its start s: Python and its imports. Median floor / bare drains {floor:.2f}x: no extract that "
+          f"starts a process and lands with this reader and writer can be faster"
+          + (f" (the target {target:.2f}x is below it)" if floor > target else ""))
     if spark == "connect":
         print("  memory: the extract's own process tree (the server's JVM and its Python workers are not in it)")
 
