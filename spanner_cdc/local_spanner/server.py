@@ -107,6 +107,8 @@ class LocalSpannerServer:
             "pending_failures": self.faults.pending,
             "failures_injected": self.faults.injected,
             "active_reads": self.spanner.active_reads,
+            "gc_frozen": gc.get_freeze_count(),  # settle_gc: objects out of the full collections
+            "gc_full_every": gc.get_threshold()[2],
         }
 
     def start(self) -> int:
