@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from json import loads as _json_loads
 from typing import Any
@@ -443,4 +443,33 @@ def _postgresql_mapper(fields: Sequence[Any]) -> RowMapper:
     return map_row
 
 
-__all__ = ["RowMapper", "lazy_decode", "row_mapper"]
+def postgresql_records(responses: Iterable[Any]) -> Iterator[ChangeRecord]:
+    """The records of a PostgreSQL change stream query straight off its PartialResultSets (the client's stream,
+    resumed by the client as usual): each row is one JSON value, so the client's row assembly is skipped, a list per
+    row held for a whole message, ~0.6 us a record plus the full GC passes those promoted lists set off. A value the
+    server split over messages (chunked_value) is joined first, as the client joins a string."""
+    from google.cloud.spanner_v1 import PartialResultSet, ResultSetMetadata
+
+    as_pb = PartialResultSet.pb
+    records: _PostgresqlRecords | None = None
+    pending: Any = None  # the first chunks of a value the next message continues
+    for response in responses:
+        message = as_pb(response)
+        if records is None:  # the metadata arrives with the first message
+            _postgresql_mapper(ResultSetMetadata.wrap(message.metadata).row_type.fields)  # checks: one JSON column
+            records = _PostgresqlRecords()
+        values: Any = message.values
+        if pending is not None or message.chunked_value:
+            values = list(values)
+            if pending is not None and values:
+                values[0] = _WireValue(string_value=pending.string_value + values[0].string_value)
+                pending = None
+            if message.chunked_value:
+                pending = values.pop()
+        for value in values:
+            yield records(value)
+    if pending is not None:
+        raise SourceError("malformed change record: the stream ended inside a chunked value", raw=pending)
+
+
+__all__ = ["RowMapper", "lazy_decode", "postgresql_records", "row_mapper"]

@@ -11,8 +11,8 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError, setting
-from spanner_cdc.names import MUTABLE_KEY_RANGE
-from spanner_cdc.source.decode import lazy_decode, row_mapper
+from spanner_cdc.names import MUTABLE_KEY_RANGE, POSTGRESQL
+from spanner_cdc.source.decode import lazy_decode, postgresql_records, row_mapper
 from spanner_cdc.source.decode_proto import proto_row_mapper
 from spanner_cdc.source.partition_mode import validate_partition_mode
 from spanner_cdc.source.queries import (
@@ -216,6 +216,9 @@ class PartitionReader:
                 timeout=None,  # a change stream query lives as long as its window; the client's default is 1 h
                 lazy_decode=mutable or lazy_decode(self.dialect),
             )
+            if not mutable and self.dialect == POSTGRESQL:  # one JSON value a row: read off the client's messages
+                yield from postgresql_records(results._response_iterator)
+                return
             mapper = None
             for row in results:
                 if mapper is None:  # the metadata arrives with the first message

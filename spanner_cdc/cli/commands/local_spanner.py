@@ -152,6 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
         server.start()
     except OSError as exc:
         raise ConfigError("--port", args.port, f"a free port ({exc})") from None
+    server.settle_gc()  # this process is the server's own
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -68,3 +68,10 @@ def test_fail_arms_faults_and_status_reports_them(local_spanner: LocalSpanner, c
     finally:
         local_spanner.control.fail_next_reads(reads=0)
     assert local_spanner.control.status()["pending_failures"] == 0
+
+
+def test_the_served_process_keeps_its_long_lived_objects_out_of_full_collections(local_spanner: LocalSpanner) -> None:
+    from spanner_cdc.local_spanner.server import FULL_COLLECTION_EVERY
+
+    status = local_spanner.control.status()  # the `local-spanner serve` process's own GC, which stalled reads
+    assert status["gc_full_every"] == FULL_COLLECTION_EVERY and status["gc_frozen"] > 0

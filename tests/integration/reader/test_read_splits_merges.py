@@ -100,18 +100,19 @@ def test_all_partitions_through_a_split_and_a_merge(local_spanner: LocalSpanner,
     assert lines[0]["partition_token"] is None and lines[0]["kind"] == "child_partitions"
 
 
-def test_reader_survives_unavailable_mid_stream(local_spanner: LocalSpanner) -> None:
+@pytest.mark.parametrize("dialect", ["GOOGLE_STANDARD_SQL", "POSTGRESQL"])
+def test_reader_survives_unavailable_mid_stream(local_spanner: LocalSpanner, dialect: str) -> None:
     """The client resumes UNAVAILABLE itself; through the typed reader nothing is lost or repeated."""
-    ddl, stream, _, _ = SCHEMA["GOOGLE_STANDARD_SQL"]
-    database = create_database(local_spanner.host, PROJECT, INSTANCE, unique_database_id("ru"), ddl, "GOOGLE_STANDARD_SQL")
-    created = stream_metadata(database, stream, "GOOGLE_STANDARD_SQL").created_at
-    writer = Writer(database, "GOOGLE_STANDARD_SQL")
+    ddl, stream, _, _ = SCHEMA[dialect]
+    database = create_database(local_spanner.host, PROJECT, INSTANCE, unique_database_id("ru"), ddl, dialect)
+    created = stream_metadata(database, stream, dialect).created_at
+    writer = Writer(database, dialect)
     writer.round(range(0, 30), seq=1)
     end = max(commit for *_, commit in writer.truth)
     from spanner_cdc.cli.commands.read import parse_timestamp
 
     end_ts = parse_timestamp(end, "--end") + timedelta(microseconds=1)
-    reader = PartitionReader(database, stream, dialect="GOOGLE_STANDARD_SQL", heartbeat_ms=1000)
+    reader = PartitionReader(database, stream, dialect=dialect, heartbeat_ms=1000)
     roots = [c.token for r in reader.read(None, created, end_ts) for c in r.child_partitions]  # type: ignore[union-attr]
 
     def read_everything() -> list[Any]:

@@ -51,3 +51,18 @@ def test_bad_clock_flags_are_refused_before_starting(flags: tuple[str, ...], fie
     with pytest.raises(ConfigError) as error:
         _serve(serve_args("--port", "0", *flags))  # type: ignore[arg-type]
     assert error.value.field == field
+
+
+def test_the_server_process_keeps_its_long_lived_objects_out_of_full_collections() -> None:
+    import gc
+
+    from spanner_cdc.local_spanner.server import FULL_COLLECTION_EVERY, LocalSpannerServer
+
+    before = gc.get_threshold()
+    try:
+        LocalSpannerServer.settle_gc()
+        assert gc.get_freeze_count() > 0  # what exists now (the modules) is never walked again
+        assert gc.get_threshold() == (before[0], before[1], FULL_COLLECTION_EVERY)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

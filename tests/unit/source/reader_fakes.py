@@ -64,6 +64,18 @@ class FakeResults:
         if self._fail is not None and self._fail[0] >= len(self._rows):
             raise self._fail[1]
 
+    @property
+    def _response_iterator(self) -> Iterator[Any]:
+        """Like StreamedResultSet's: the PartialResultSets (here one a row, the metadata with the first)."""
+        from google.cloud.spanner_v1 import PartialResultSet, ResultSetMetadata, StructType
+
+        for index, row in enumerate(self):
+            message = PartialResultSet.pb()()
+            message.values.extend(row)  # the row's protobuf Values, as the server sent them
+            if index == 0:
+                message.metadata.CopyFrom(ResultSetMetadata.pb(ResultSetMetadata(row_type=StructType(fields=self._fields))))
+            yield PartialResultSet.wrap(message)
+
 
 @dataclass
 class FakeDatabase:
