@@ -216,8 +216,11 @@ class PartitionReader:
                 timeout=None,  # a change stream query lives as long as its window; the client's default is 1 h
                 lazy_decode=mutable or lazy_decode(self.dialect),
             )
-            if not mutable and self.dialect == POSTGRESQL:  # one JSON value a row: read off the client's messages
-                yield from postgresql_records(results._response_iterator)
+            # one JSON value a row: read off the client's own (resumed) messages; a client without that attribute
+            # (google-cloud-spanner's, not public) is read through its rows as before
+            messages = getattr(results, "_response_iterator", None)
+            if not mutable and self.dialect == POSTGRESQL and messages is not None:
+                yield from postgresql_records(messages)
                 return
             mapper = None
             for row in results:

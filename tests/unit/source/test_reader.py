@@ -176,3 +176,12 @@ def test_malformed_record_is_not_retried() -> None:
     with pytest.raises(SourceError, match="unknown record kind"):
         list(reader(db).read("tok", START, END))
     assert len(db.calls) == 1
+
+
+def test_postgresql_reads_through_the_clients_rows_when_its_message_stream_is_not_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.unit.source import reader_fakes
+
+    from_messages = list(reader(FakeDatabase("POSTGRESQL", HISTORY)).read("tok", START, END))
+    monkeypatch.delattr(reader_fakes.FakeResults, "_response_iterator")  # a client version without the attribute
+    from_rows = list(reader(FakeDatabase("POSTGRESQL", HISTORY)).read("tok", START, END))
+    assert from_rows == from_messages and len(from_rows) == len(HISTORY)
