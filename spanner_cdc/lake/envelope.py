@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from spanner_cdc.json_text import float_free_text, may_hold_floats, value_text
-from spanner_cdc.lake.columns import LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA
+from spanner_cdc.lake.columns import LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA, TIMESTAMP
 from spanner_cdc.source.records import ColumnType, DataChangeRecord
 
 # Fixed namespace of the event ids: changing it would change every uuid ever landed.
@@ -114,7 +114,6 @@ _RECORD_FIELDS = {
     "is_system_transaction": "is_system_transaction",
     "is_last_record_in_transaction_in_partition": "is_last_record_in_transaction_in_partition",
 }
-_ROW_FIELDS = {"source_timestamp": 1, "commit_timestamp": 1, "read_timestamp": 2, "column_types": 3, "primary_keys": 4}
 
 
 class EnvelopeBatcher:
@@ -136,8 +135,13 @@ class EnvelopeBatcher:
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.schema = SOURCE_SCHEMA if with_partition_column else LAKE_SCHEMA
+        self._names = frozenset(self.schema.names)
+        self._types_of = {field.name: field.type for field in self.schema}
         self._window = (micros(context.window_start), micros(context.window_end))
-        self._types: dict[int, tuple[tuple[ColumnType, ...], str, list[str], Callable[[Any], bytes]]] = {}
+        self._types: dict[int, tuple[tuple[ColumnType, ...], tuple[str, list[str], Callable[[Any], bytes]]]] = {}
+        self._stream = f"{context.stream_name}|"
+        # the ids' namespace hashed once: each record's id text continues it
+        self._sha1 = hashlib.sha1(_NAMESPACE_BYTES)
         self._stamp: datetime | None = None
         self._commit = 0
         self._reset()
@@ -164,9 +168,9 @@ class EnvelopeBatcher:
         cached = self._types.get(id(column_types))
         if cached is None or cached[0] is not column_types:
             json_text = column_types_json(column_types)
-            cached = (column_types, json_text, primary_keys(column_types), _values_encoder(column_types))
+            cached = (column_types, (json_text, primary_keys(column_types), _values_encoder(column_types)))
             self._types[id(column_types)] = cached
-        return cached[1], cached[2], cached[3]
+        return cached[1]
 
     def add(self, record: DataChangeRecord, read_timestamp: datetime | None = None) -> int:
         """Append one row per mod of `record`; returns the number of rows added.
@@ -184,8 +188,9 @@ class EnvelopeBatcher:
         commit = self._commit
         read = micros(read_timestamp) if read_timestamp is not None else time.time_ns() // 1000
         types_json, keys, encode = self._column_types(record.column_types)
-        prefix = f"{self.context.stream_name}|{commit}|{record.server_transaction_id}|{record.record_sequence}|"
-        named = hashlib.sha1(_NAMESPACE_BYTES + prefix.encode())  # the ids' common part, hashed once per record
+        prefix = f"{self._stream}{commit}|{record.server_transaction_id}|{record.record_sequence}|"
+        named = self._sha1.copy()
+        named.update(prefix.encode())  # the ids' common part, hashed once per record
         if count == 1:
             named.update(b"0")
             self._digests += named.digest()
@@ -209,23 +214,33 @@ class EnvelopeBatcher:
         self._bytes += sum(map(len, texts)) + count * 200 + len(types_json)
         return count
 
-    def _record_column(self, name: str) -> list[Any]:
-        """One value per record (repeated per mod by take())."""
-        rows, ctx = self._records, self.context
-        if name in _RECORD_FIELDS:
-            return list(map(attrgetter(_RECORD_FIELDS[name]), (r[0] for r in rows)))
-        if name in ("source_timestamp", "commit_timestamp", "read_timestamp", "column_types", "primary_keys"):
-            return [r[_ROW_FIELDS[name]] for r in rows]
-        if name == "is_deleted":
-            return [r[0].mod_type == "DELETE" for r in rows]
-        constants = {
-            "stream_name": ctx.stream_name,
-            "read_method": ctx.read_method,
-            "partition_token": ctx.partition_token,
-            "window_start": self._window[0],
-            "window_end": self._window[1],
-        }
-        return [constants[name]] * len(rows)
+    def _record_columns(self) -> dict[str, pa.Array]:
+        """The columns of one value per record (repeated per mod by take()); a column twice (object and the table's
+        partition column, the source and commit timestamps) is the same array."""
+        rows = self._records
+        records = [r[0] for r in rows]
+        by_attribute: dict[str, pa.Array] = {}
+        columns: dict[str, pa.Array] = {}
+        for name, attribute in _RECORD_FIELDS.items():
+            if name in self._names:
+                column = by_attribute.get(attribute)
+                if column is None:
+                    column = by_attribute[attribute] = pa.array(list(map(attrgetter(attribute), records)), self._types_of[name])
+                columns[name] = column
+        commit = pa.array([r[1] for r in rows], TIMESTAMP)
+        columns["source_timestamp"] = columns["commit_timestamp"] = commit
+        columns["read_timestamp"] = pa.array([r[2] for r in rows], TIMESTAMP)
+        columns["column_types"] = pa.array([r[3] for r in rows], pa.string())
+        columns["primary_keys"] = pa.array([r[4] for r in rows], pa.list_(pa.string()))
+        columns["is_deleted"] = pa.array([r.mod_type == "DELETE" for r in records], pa.bool_())
+        return columns
+
+    def _constant_columns(self, rows: int) -> dict[str, pa.Array]:
+        """The columns every row of the extract shares."""
+        ctx, (start, end) = self.context, self._window
+        values = {"stream_name": ctx.stream_name, "read_method": ctx.read_method, "partition_token": ctx.partition_token,
+                  "window_start": start, "window_end": end}  # fmt: skip
+        return {name: pa.repeat(pa.scalar(value, self._types_of[name]), rows) for name, value in values.items()}
 
     def take(self) -> pa.RecordBatch | None:
         """The rows gathered so far as one batch (None if there are none); starts a new batch."""
@@ -235,22 +250,22 @@ class EnvelopeBatcher:
         counts = np.array(self._counts, dtype=np.int32)
         record_of_row = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
         firsts = np.cumsum(counts, dtype=np.int32) - counts  # each record's first row
-        per_mod = {
+        per_record = self._record_columns()
+        if rows != len(counts):  # a record of many mods: its values repeated on each of its rows
+            names = list(per_record)
+            repeated = pa.RecordBatch.from_arrays(list(per_record.values()), names=names).take(pa.array(record_of_row))
+            per_record = dict(zip(names, repeated.columns, strict=True))
+        columns = {
+            **per_record,
+            **self._constant_columns(rows),
             "uuid": _uuid_texts(self._digests, rows),
             "mod_index": pa.array(np.arange(rows, dtype=np.int32) - firsts[record_of_row]),
             "keys": _text_array(self._keys),
             "new_values": _text_array(self._new),
             "old_values": _text_array(self._old),
         }
-        repeat = pa.array(record_of_row)
-        arrays = []
-        for field in self.schema:
-            column = per_mod.get(field.name)
-            if column is None:
-                column = pa.array(self._record_column(field.name), type=field.type).take(repeat)
-            arrays.append(column)
         self._reset()
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        return pa.RecordBatch.from_arrays([columns[name] for name in self.schema.names], schema=self.schema)
 
 
 _KEYS, _NEW, _OLD = attrgetter("keys"), attrgetter("new_values"), attrgetter("old_values")
