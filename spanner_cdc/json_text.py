@@ -12,9 +12,13 @@ import msgspec
 _json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _msgspec = msgspec.json.encode
 # msgspec writes text, integers of any size, booleans and null exactly as json does (tests hold them equal over every
-# code point), ~10x faster; floats differ (1e16 for json's 1e+16, null for NaN). A column whose type names one of these
-# codes (FLOAT32/64, JSON, arrays of them) may hold floats.
+# code point), ~10x faster; floats differ (1e16 for json's 1e+16, 0.00001 for 1e-05, null for NaN). A column whose type
+# names one of these codes (FLOAT32/64, JSON, arrays of them) may hold floats.
 _FLOAT_CODES = ('"FLOAT', '"JSON"')
+# ... but a finite float that repr() writes without an exponent (0, and 1e-4 <= |x| < 1e16) msgspec writes as repr(),
+# which is json's text of it (tests compare them over random bit patterns and the boundaries)
+_FLOAT_LOW, _FLOAT_HIGH = 1e-4, 1e16
+_SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def may_hold_floats(types: Iterable[Any]) -> bool:
@@ -29,3 +33,32 @@ def float_free_text(value: Any) -> bytes:
         return _msgspec(value)
     except (msgspec.EncodeError, TypeError, UnicodeEncodeError, OverflowError):  # e.g. a lone surrogate
         return _json(value).encode()
+
+
+def value_text(value: Any) -> bytes:
+    """json's UTF-8 text of any value: by msgspec when each float in it is one msgspec writes as json does, else by json."""
+    return float_free_text(value) if _floats_agree(value) else _json(value).encode()
+
+
+def _floats_agree(value: Any) -> bool:
+    """Whether every float in `value` (dicts and lists of plain values, as JSON decodes them) is written the same by both."""
+    kind = type(value)
+    if kind is dict:
+        if not _SCALARS.issuperset(map(type, value)):  # a float key is written as a float is
+            return False
+        items: Any = value.values()
+    else:
+        items = value if kind is list else (value,)
+    for item in items:
+        kind = type(item)
+        if kind in _SCALARS:
+            continue
+        if kind is float:
+            if not (_FLOAT_LOW <= abs(item) < _FLOAT_HIGH or item == 0.0):  # NaN and infinities fail both tests
+                return False
+        elif kind is dict or kind is list:
+            if not _floats_agree(item):
+                return False
+        else:  # another type (a subclass): json decides how it is written
+            return False
+    return True

@@ -6,7 +6,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from spanner_cdc.json_text import float_free_text, may_hold_floats
-from spanner_cdc.lake.columns import LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA
+from spanner_cdc.json_text import float_free_text, may_hold_floats, value_text
+from spanner_cdc.lake.columns import LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA, TIMESTAMP
 from spanner_cdc.source.records import ColumnType, DataChangeRecord
 
 # Fixed namespace of the event ids: changing it would change every uuid ever landed.
@@ -51,10 +51,10 @@ def _json(value: Any) -> str:
     return _encode(value)
 
 
-def _values_encoder(column_types: tuple[ColumnType, ...]) -> Callable[[Any], str | bytes]:
-    """How a table's mod values become JSON text: the faster way when no column can hold a float, else json (the
-    text is json's either way; bytes are UTF-8 text, which Arrow takes as a string)."""
-    return _encode if may_hold_floats(c.type for c in column_types) else float_free_text
+def _values_encoder(column_types: tuple[ColumnType, ...]) -> Callable[[Any], bytes]:
+    """How a table's mod values become JSON's UTF-8 text: msgspec's when no column can hold a float, else msgspec's
+    or json's as the floats of each value allow (the text is json's either way)."""
+    return value_text if may_hold_floats(c.type for c in column_types) else float_free_text
 
 
 def _uuid5(name: str) -> str:
@@ -99,8 +99,6 @@ class EnvelopeContext:
     window_end: datetime
 
 
-# Columns whose value is the same for every mod of a record: kept once per record, repeated at take().
-_PER_MOD = ("uuid", "mod_index", "keys", "new_values", "old_values")
 # the columns taken from the record itself, and those kept beside it (a row of _records: record, commit, read,
 # column types' JSON, primary keys)
 _RECORD_FIELDS = {
@@ -116,7 +114,6 @@ _RECORD_FIELDS = {
     "is_system_transaction": "is_system_transaction",
     "is_last_record_in_transaction_in_partition": "is_last_record_in_transaction_in_partition",
 }
-_ROW_FIELDS = {"source_timestamp": 1, "commit_timestamp": 1, "read_timestamp": 2, "column_types": 3, "primary_keys": 4}
 
 
 class EnvelopeBatcher:
@@ -138,88 +135,168 @@ class EnvelopeBatcher:
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.schema = SOURCE_SCHEMA if with_partition_column else LAKE_SCHEMA
+        self._names = frozenset(self.schema.names)
+        self._types_of = {field.name: field.type for field in self.schema}
         self._window = (micros(context.window_start), micros(context.window_end))
-        self._types: dict[int, tuple[tuple[ColumnType, ...], str, list[str], Callable[[Any], str | bytes]]] = {}
+        self._types: dict[int, tuple[tuple[ColumnType, ...], tuple[str, list[str], Callable[[Any], bytes]]]] = {}
+        self._stream = f"{context.stream_name}|"
+        # the ids' namespace hashed once: each record's id text continues it
+        self._sha1 = hashlib.sha1(_NAMESPACE_BYTES)
+        self._stamp: datetime | None = None
+        self._commit = 0
         self._reset()
 
     def _reset(self) -> None:
-        self._mods: dict[str, list[Any]] = {name: [] for name in _PER_MOD}
+        self._digests = bytearray()  # the ids' SHA-1 digests, 20 bytes per mod
+        self._keys: list[bytes] = []
+        self._new: list[bytes] = []
+        self._old: list[bytes] = []
         self._records: list[tuple[Any, ...]] = []
         self._counts: list[int] = []
+        self._rows = 0
         self._bytes = 0
 
     def __len__(self) -> int:
-        return len(self._mods["uuid"])
+        return self._rows
 
     @property
     def full(self) -> bool:
         return len(self) >= self.max_rows or self._bytes >= self.max_bytes
 
-    def _column_types(self, column_types: tuple[ColumnType, ...]) -> tuple[str, list[str], Callable[[Any], str | bytes]]:
+    def _column_types(self, column_types: tuple[ColumnType, ...]) -> tuple[str, list[str], Callable[[Any], bytes]]:
         # the reader shares one column_types tuple per table: encode it once, not per record
         cached = self._types.get(id(column_types))
         if cached is None or cached[0] is not column_types:
             json_text = column_types_json(column_types)
-            cached = (column_types, json_text, primary_keys(column_types), _values_encoder(column_types))
+            cached = (column_types, (json_text, primary_keys(column_types), _values_encoder(column_types)))
             self._types[id(column_types)] = cached
-        return cached[1], cached[2], cached[3]
+        return cached[1]
 
     def add(self, record: DataChangeRecord, read_timestamp: datetime | None = None) -> int:
-        """Append one row per mod of `record`; returns the number of rows added."""
-        if not record.mods:
+        """Append one row per mod of `record`; returns the number of rows added.
+
+        Only the mods' JSON texts and the ids' SHA-1 digests are made here, per mod; the rest of each row (its
+        index, the uuid's text, the record's values) is built for the whole batch at once by take().
+        """
+        mods = record.mods
+        count = len(mods)
+        if not count:
             return 0
-        commit = micros(record.commit_timestamp)
+        stamp = record.commit_timestamp
+        if stamp is not self._stamp:  # a transaction's records share one timestamp
+            self._stamp, self._commit = stamp, micros(stamp)
+        commit = self._commit
         read = micros(read_timestamp) if read_timestamp is not None else time.time_ns() // 1000
         types_json, keys, encode = self._column_types(record.column_types)
-        prefix = f"{self.context.stream_name}|{commit}|{record.server_transaction_id}|{record.record_sequence}|"
-        named = hashlib.sha1(_NAMESPACE_BYTES + prefix.encode())  # the ids' common part, hashed once per record
-        mods = self._mods
-        uuids, indexes, key_texts, new_texts, old_texts = (mods[name] for name in _PER_MOD)
-        size = 0
-        for index, mod in enumerate(record.mods):
-            keys_json, new_json, old_json = encode(mod.keys), encode(mod.new_values), encode(mod.old_values)
-            size += len(keys_json) + len(new_json) + len(old_json)
-            one = named.copy()
-            one.update(str(index).encode())
-            uuids.append(_uuid_text(one.digest()))
-            indexes.append(index)
-            key_texts.append(keys_json)
-            new_texts.append(new_json)
-            old_texts.append(old_json)
-        count = len(record.mods)
+        prefix = f"{self._stream}{commit}|{record.server_transaction_id}|{record.record_sequence}|"
+        named = self._sha1.copy()
+        named.update(prefix.encode())  # the ids' common part, hashed once per record
+        if count == 1:
+            named.update(b"0")
+            self._digests += named.digest()
+            mod = mods[0]
+            texts: tuple[bytes, ...] = (encode(mod.keys), encode(mod.new_values), encode(mod.old_values))
+            self._keys.append(texts[0])
+            self._new.append(texts[1])
+            self._old.append(texts[2])
+        else:
+            for index in _mod_indexes(count):
+                one = named.copy()
+                one.update(index)
+                self._digests += one.digest()
+            texts = (*map(encode, map(_KEYS, mods)), *map(encode, map(_NEW, mods)), *map(encode, map(_OLD, mods)))
+            self._keys += texts[:count]
+            self._new += texts[count : 2 * count]
+            self._old += texts[2 * count :]
         self._records.append((record, commit, read, types_json, keys))
         self._counts.append(count)
-        self._bytes += size + count * 200 + len(types_json)
+        self._rows += count
+        self._bytes += sum(map(len, texts)) + count * 200 + len(types_json)
         return count
 
-    def _record_column(self, name: str) -> list[Any]:
-        """One value per record (repeated per mod by take())."""
-        rows, ctx = self._records, self.context
-        if name in _RECORD_FIELDS:
-            return list(map(attrgetter(_RECORD_FIELDS[name]), (r[0] for r in rows)))
-        if name in ("source_timestamp", "commit_timestamp", "read_timestamp", "column_types", "primary_keys"):
-            return [r[_ROW_FIELDS[name]] for r in rows]
-        if name == "is_deleted":
-            return [r[0].mod_type == "DELETE" for r in rows]
-        constants = {
-            "stream_name": ctx.stream_name,
-            "read_method": ctx.read_method,
-            "partition_token": ctx.partition_token,
-            "window_start": self._window[0],
-            "window_end": self._window[1],
-        }
-        return [constants[name]] * len(rows)
+    def _record_columns(self) -> dict[str, pa.Array]:
+        """The columns of one value per record (repeated per mod by take()); a column twice (object and the table's
+        partition column, the source and commit timestamps) is the same array."""
+        rows = self._records
+        records = [r[0] for r in rows]
+        by_attribute: dict[str, pa.Array] = {}
+        columns: dict[str, pa.Array] = {}
+        for name, attribute in _RECORD_FIELDS.items():
+            if name in self._names:
+                column = by_attribute.get(attribute)
+                if column is None:
+                    column = by_attribute[attribute] = pa.array(list(map(attrgetter(attribute), records)), self._types_of[name])
+                columns[name] = column
+        commit = pa.array([r[1] for r in rows], TIMESTAMP)
+        columns["source_timestamp"] = columns["commit_timestamp"] = commit
+        columns["read_timestamp"] = pa.array([r[2] for r in rows], TIMESTAMP)
+        columns["column_types"] = pa.array([r[3] for r in rows], pa.string())
+        columns["primary_keys"] = pa.array([r[4] for r in rows], pa.list_(pa.string()))
+        columns["is_deleted"] = pa.array([r.mod_type == "DELETE" for r in records], pa.bool_())
+        return columns
+
+    def _constant_columns(self, rows: int) -> dict[str, pa.Array]:
+        """The columns every row of the extract shares."""
+        ctx, (start, end) = self.context, self._window
+        values = {"stream_name": ctx.stream_name, "read_method": ctx.read_method, "partition_token": ctx.partition_token,
+                  "window_start": start, "window_end": end}  # fmt: skip
+        return {name: pa.repeat(pa.scalar(value, self._types_of[name]), rows) for name, value in values.items()}
 
     def take(self) -> pa.RecordBatch | None:
         """The rows gathered so far as one batch (None if there are none); starts a new batch."""
-        if not len(self):
+        rows = self._rows
+        if not rows:
             return None
-        repeat = pa.array(np.repeat(np.arange(len(self._counts), dtype=np.int32), self._counts))
-        arrays = []
-        for field in self.schema:
-            if field.name in self._mods:
-                arrays.append(pa.array(self._mods[field.name], type=field.type))
-            else:
-                arrays.append(pa.array(self._record_column(field.name), type=field.type).take(repeat))
+        counts = np.array(self._counts, dtype=np.int32)
+        record_of_row = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+        firsts = np.cumsum(counts, dtype=np.int32) - counts  # each record's first row
+        per_record = self._record_columns()
+        if rows != len(counts):  # a record of many mods: its values repeated on each of its rows
+            names = list(per_record)
+            repeated = pa.RecordBatch.from_arrays(list(per_record.values()), names=names).take(pa.array(record_of_row))
+            per_record = dict(zip(names, repeated.columns, strict=True))
+        columns = {
+            **per_record,
+            **self._constant_columns(rows),
+            "uuid": _uuid_texts(self._digests, rows),
+            "mod_index": pa.array(np.arange(rows, dtype=np.int32) - firsts[record_of_row]),
+            "keys": _text_array(self._keys),
+            "new_values": _text_array(self._new),
+            "old_values": _text_array(self._old),
+        }
         self._reset()
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        return pa.RecordBatch.from_arrays([columns[name] for name in self.schema.names], schema=self.schema)
+
+
+_KEYS, _NEW, _OLD = attrgetter("keys"), attrgetter("new_values"), attrgetter("old_values")
+_INDEXES = tuple(str(i).encode() for i in range(64))  # the mod indexes' text in the ids, for the usual counts
+
+
+def _mod_indexes(count: int) -> Iterable[bytes]:
+    return _INDEXES[:count] if count <= len(_INDEXES) else (str(i).encode() for i in range(count))
+
+
+# the uuid's text: each digest byte as two hex digits, at its place among the 36 characters (dashes at 8, 13, 18, 23)
+_HEX_DIGITS = np.frombuffer(b"".join(f"{b:02x}".encode() for b in range(256)), dtype=np.uint8).reshape(256, 2)
+_HEX_PLACES = np.array([i for i in range(36) if i not in (8, 13, 18, 23)], dtype=np.intp)
+_UUID_TEMPLATE = np.frombuffer(b"00000000-0000-0000-0000-000000000000", dtype=np.uint8)
+
+
+def _uuid_texts(digests: bytearray, rows: int) -> pa.Array:
+    """The uuid5 text of each SHA-1 digest (20 bytes each, in order), as _uuid_text writes one, for all rows at once."""
+    octets = np.frombuffer(digests, dtype=np.uint8).reshape(rows, 20)[:, :16].copy()
+    octets[:, 6] = (octets[:, 6] & 0x0F) | 0x50  # version 5
+    octets[:, 8] = (octets[:, 8] & 0x3F) | 0x80  # RFC 4122 variant
+    text = np.tile(_UUID_TEMPLATE, (rows, 1))
+    text[:, _HEX_PLACES] = _HEX_DIGITS[octets].reshape(rows, 32)
+    offsets = np.arange(0, 36 * rows + 1, 36, dtype=np.int32)
+    return pa.StringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(text))
+
+
+def _text_array(texts: list[bytes]) -> pa.Array:
+    """UTF-8 texts as one string array: their bytes joined, offsets from their lengths."""
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), out=offsets[1:])
+    if offsets[-1] < 2**31:
+        return pa.StringArray.from_buffers(len(texts), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(texts)))
+    return pa.array(texts, pa.string())

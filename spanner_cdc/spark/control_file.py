@@ -88,6 +88,15 @@ class ControlSummary:
         self.rows += self._rows_of_record
         self.tables[record.table_name] = self.tables.get(record.table_name, 0) + self._rows_of_record
 
+    def landed(self, record: DataChangeRecord, rows: int) -> None:
+        """observe() of a data change record landed as `rows` lake rows, without the dispatch (once per record read)."""
+        self.data_records += 1
+        self.rows += rows
+        self.tables[record.table_name] = self.tables.get(record.table_name, 0) + rows
+        last = self.last_timestamp
+        if last is None or record.commit_timestamp > last:
+            self.last_timestamp = record.commit_timestamp
+
     def heartbeat(self, record: HeartbeatRecord) -> None:
         self.heartbeats += 1
 

@@ -41,7 +41,7 @@ def envelope_batches(spec: TokenJobSpec, records: Iterable[ChangeRecord], summar
     )
     for record in records:
         if isinstance(record, DataChangeRecord):
-            summary.observe(record, batcher.add(record))
+            summary.landed(record, batcher.add(record))
             if batcher.full:
                 batch = batcher.take()
                 if batch is not None:

@@ -54,6 +54,18 @@ def test_batches_and_summary_of_a_partition_that_continues(tmp_path: Path) -> No
     assert not summary.finished and summary.watermark == LAST
 
 
+def test_landed_data_records_are_summed_up_as_observe_sums_them(tmp_path: Path) -> None:
+    """envelope_batches notes each data change record without the dispatch: the summary is observe()'s all the same."""
+    records = [data_record(3, tx="a", mods=2), data_record(9, tx="b", table="Orders"), data_record(5, tx="c", mods=3)]
+    landed, observed = ControlSummary("tok", T0, LAST), ControlSummary("tok", T0, LAST)
+    list(envelope_batches(spec(tmp_path), records, landed))
+    for record in records:
+        observed.observe(record, len(record.mods))
+    assert landed == observed
+    assert (landed.data_records, landed.rows, landed.tables) == (3, 6, {"Users": 5, "Orders": 1})
+    assert landed.last_timestamp == T0 + timedelta(microseconds=9)
+
+
 def test_children_finish_the_partition_at_their_start(tmp_path: Path) -> None:
     records = [data_record(1), children(500, "tok", "c1", "c2")]
     summary = ControlSummary("tok", T0, LAST)

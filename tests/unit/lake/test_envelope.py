@@ -141,3 +141,22 @@ def test_values_are_jsons_text_whichever_encoder_writes_them() -> None:
         for column, value in (("keys", mod.keys), ("new_values", mod.new_values), ("old_values", mod.old_values)):
             assert row[column] == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     assert '"f":1e+16' in rows[1]["new_values"] and '"h":NaN' in rows[1]["new_values"]
+
+
+def test_every_row_has_its_own_uuid_and_mod_index_in_a_batch_of_records_of_one_and_many_mods() -> None:
+    """take() builds the ids' text and the mods' indexes for the whole batch: each row still gets its own."""
+    records = [data_record(1, tx="a"), data_record(2, tx="b", mods=70), data_record(3, tx="c", mods=2), data_record(4, tx="d")]
+    batcher = EnvelopeBatcher(CONTEXT)
+    for record in records:
+        batcher.add(record, T0)
+    batch = batcher.take()
+    assert batch is not None
+    expected = [
+        (str(uuid.uuid5(EVENT_NAMESPACE, f"Orders_cs|{micros(r.commit_timestamp)}|{r.server_transaction_id}|{r.record_sequence}|{i}")), i)
+        for r in records
+        for i in range(len(r.mods))
+    ]
+    assert list(zip(batch.column("uuid").to_pylist(), batch.column("mod_index").to_pylist(), strict=True)) == expected
+    keys = [json.loads(k)["id"] for k in batch.column("keys").to_pylist()]
+    assert keys == [str(i) for r in records for i in range(len(r.mods))]
+    assert batch.column("server_transaction_id").to_pylist() == [r.server_transaction_id for r in records for _ in r.mods]
