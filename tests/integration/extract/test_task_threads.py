@@ -19,16 +19,14 @@ from spanner_cdc.errors import NotFound
 from spanner_cdc.extract.window import plan_window
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import LIVE_READ_METHOD
-from spanner_cdc.source.client import open_database
-from spanner_cdc.source.partition_mode import detect_partition_mode
 from spanner_cdc.spark import executor
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 from tests.integration.extract.lake_reading import change_of
+from tests.integration.extract.test_extract_wave import job_of
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
 pytestmark = pytest.mark.integration
-DIALECT = "GOOGLE_STANDARD_SQL"
 
 
 def _landed(specs: list[TokenJobSpec], threads: int) -> tuple[dict[str, list[dict[str, Any]]], dict[str, ControlSummary]]:
@@ -66,11 +64,7 @@ def test_a_task_lands_its_tokens_side_by_side_as_it_would_one_after_another(
     w1 = datetime.now(UTC)
     plan = plan_window(settings, w0, w1)
     assert len(plan.ready) >= 2, plan.ready
-    connection = {
-        "project": settings.project, "instance": settings.instance, "database": settings.database,
-        "emulator_host": settings.emulator_host, "dialect": DIALECT, "heartbeat_ms": settings.heartbeat_ms,
-        "partition_mode": detect_partition_mode(open_database(settings), STREAM, DIALECT),
-    }  # fmt: skip
+    connection = job_of(settings, None, None, plan.lineage_id, w0, w1).connection
 
     def specs(lake: str) -> list[TokenJobSpec]:
         tokens = [t.token for t in plan.ready]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -54,14 +55,19 @@ def test_a_wave_job_lands_a_few_tokens_per_task(monkeypatch: pytest.MonkeyPatch)
     assert tasks(10, 4) == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
     assert tasks(3, 1) == [[0], [1], [2]]
     assert tasks(2, 8) == [[0, 1]]
-    monkeypatch.delenv(TASK_TOKENS_ENV, raising=False)
-    assert task_tokens() == TASK_TOKENS
-    monkeypatch.setenv(TASK_TOKENS_ENV, "1")
-    assert task_tokens() == 1
-    for bad in ("0", "x", "1001"):
-        monkeypatch.setenv(TASK_TOKENS_ENV, bad)
-        with pytest.raises(ConfigError, match=f"{TASK_TOKENS_ENV}.*an integer in"):
-            task_tokens()
+    assert_an_integer_setting(monkeypatch, TASK_TOKENS_ENV, task_tokens, TASK_TOKENS, 1000)
+
+
+def assert_an_integer_setting(monkeypatch: pytest.MonkeyPatch, env: str, read: Any, default: int, most: int) -> None:
+    """`read()` gives `default` unset, 1 when set to 1, and refuses 0, text and `most` + 1 naming `env`."""
+    monkeypatch.delenv(env, raising=False)
+    assert read() == default
+    monkeypatch.setenv(env, "1")
+    assert read() == 1
+    for bad in ("0", "x", str(most + 1)):
+        monkeypatch.setenv(env, bad)
+        with pytest.raises(ConfigError, match=f"{env}.*an integer in"):
+            read()
 
 
 def test_a_wave_tasks_reader_carries_no_other_tokens() -> None:
@@ -105,11 +111,4 @@ def test_a_wave_task_lands_its_tokens_with_the_threads_set(monkeypatch: pytest.M
     assert SpannerChangeStreamReader({WAVE_OPTION: wave}).task_threads == 1  # a job planned without the option
     shipped = pickle.loads(pickle.dumps(SpannerChangeStreamReader({WAVE_OPTION: wave, TASK_THREADS_OPTION: "3"})))
     assert shipped.task_threads == 3
-    monkeypatch.delenv(TASK_THREADS_ENV, raising=False)
-    assert task_threads() == TASK_THREADS
-    monkeypatch.setenv(TASK_THREADS_ENV, "1")
-    assert task_threads() == 1
-    for bad in ("0", "x", "65"):
-        monkeypatch.setenv(TASK_THREADS_ENV, bad)
-        with pytest.raises(ConfigError, match=f"{TASK_THREADS_ENV}.*an integer in"):
-            task_threads()
+    assert_an_integer_setting(monkeypatch, TASK_THREADS_ENV, task_threads, TASK_THREADS, 64)
