@@ -224,8 +224,15 @@ def _run_a_driver(java_options: str) -> int | None:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from spanner_cdc.spark.session import classic_conf, ensure_source_registered, start_driver, workers_run_this_python
+    from spanner_cdc.spark.session import (
+        classic_conf,
+        drop_connect_markers,
+        ensure_source_registered,
+        start_driver,
+        workers_run_this_python,
+    )
 
+    drop_connect_markers()  # a classic driver, whatever this process inherited (pyspark checks them at config())
     workers_run_this_python()
     builder = SparkSession.builder.master("local[1]").appName("spanner-cdc-class-archive")
     for key, value in classic_conf("local[1]", java_options).items():

@@ -164,19 +164,19 @@ def _create(master: str) -> SparkSession:
     if run_mode(master) == CONNECT:
         log.info("spark: connecting to Spark Connect server %s", mask_spark_master(master))
         return SparkSession.builder.remote(master).appName(APP_NAME).getOrCreate()
+    drop_connect_markers()  # before asking pyspark for the active session: with a marker it answers with Connect's
     active = SparkSession.getActiveSession()
     if active is None and SparkSession._instantiatedSession is not None:  # type: ignore[attr-defined]
         active = SparkSession._instantiatedSession  # type: ignore[attr-defined]
-    if active is not None and _alive(active):
+    if active is not None and _is_classic(active) and _alive(active):
         return active
     log.info("spark: starting a driver for master %s", master)
     workers_run_this_python()
     fast = _fast_start()
-    with _classic_by_master():
-        builder: Any = SparkSession.builder.master(master).appName(APP_NAME)
-        for key, value in classic_conf(master, fast.java_options()).items():
-            builder = builder.config(key, value)
-        session = start_driver(builder, master)
+    builder: Any = SparkSession.builder.master(master).appName(APP_NAME)
+    for key, value in classic_conf(master, fast.java_options()).items():
+        builder = builder.config(key, value)
+    session = start_driver(builder, master)
     fast.started()
     session.sparkContext.setLogLevel("ERROR")
     return session
@@ -227,19 +227,24 @@ def check_java(master: str) -> None:
 CONNECT_MARKERS = names.SPARK_CONNECT_MARKERS
 
 
-@contextmanager
-def _classic_by_master() -> Iterator[None]:
+def drop_connect_markers() -> None:
     """The master decides: the Connect markers are dropped for good, since pyspark keeps asking them after the start
     (with the marker back, a classic process's DataFrame calls try to start a remote session)."""
     for name in CONNECT_MARKERS:
         os.environ.pop(name, None)
-    yield
+
+
+def _is_classic(session: Any) -> bool:
+    """A session of this process's own driver, not a Connect session (which pyspark may hand out as the active one)."""
+    return not type(session).__module__.startswith("pyspark.sql.connect")
 
 
 def start_driver(builder: Any, master: str) -> SparkSession:
-    """getOrCreate, once more when the JVM exits before it is up; then one line that says what to check."""
+    """getOrCreate of a classic driver (whatever Connect markers this process inherited or set), once more when the
+    JVM exits before it is up; then one line that says what to check."""
     from pyspark.errors import PySparkRuntimeError
 
+    drop_connect_markers()
     for attempt in range(1, JVM_START_ATTEMPTS + 1):
         try:
             with _spawn_without_fork_handlers():

@@ -113,5 +113,8 @@ def test_a_connect_master_after_a_local_driver_in_one_process(spark_connect_serv
         # functions resolve against the Connect session (pyspark's marker is set by the remote builder)
         assert remote.range(4).select((F.col("id") + 1).alias("n")).agg(F.sum("n")).collect()[0][0] == 10
         assert local.sparkContext._jsc is None  # the local driver was stopped
+        remote.stop()
+        again = spark_session("local[1]")  # a classic driver again, though pyspark's Connect marker was set here
+        assert again.sparkContext._jsc is not None and again.range(2).count() == 2
     finally:
         stop_sessions()
