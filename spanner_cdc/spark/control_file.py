@@ -84,15 +84,16 @@ class ControlSummary:
             self.last_timestamp = ts
 
     def data_change(self, record: DataChangeRecord) -> None:
-        self.data_records += 1
-        self.rows += self._rows_of_record
-        self.tables[record.table_name] = self.tables.get(record.table_name, 0) + self._rows_of_record
+        self._count_data(record, self._rows_of_record)
 
-    def landed(self, record: DataChangeRecord, rows: int) -> None:
-        """observe() of a data change record landed as `rows` lake rows, without the dispatch (once per record read)."""
+    def _count_data(self, record: DataChangeRecord, rows: int) -> None:
         self.data_records += 1
         self.rows += rows
         self.tables[record.table_name] = self.tables.get(record.table_name, 0) + rows
+
+    def landed(self, record: DataChangeRecord, rows: int) -> None:
+        """observe() of a data change record landed as `rows` lake rows, without the dispatch (once per record read)."""
+        self._count_data(record, rows)
         last = self.last_timestamp
         if last is None or record.commit_timestamp > last:
             self.last_timestamp = record.commit_timestamp

@@ -53,17 +53,18 @@ def envelope_batches(spec: TokenJobSpec, records: Iterable[ChangeRecord], summar
         yield batch
 
 
-_publish_pools: dict[int, ThreadPoolExecutor] = {}
-_publish_lock = threading.Lock()
+_pools: dict[tuple[int, str, int], ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
 
 
-def _publish_pool() -> ThreadPoolExecutor:
-    """One pool per worker process (keyed by pid: a forked child must not use its parent's threads), not one per
-    token: a small token's landing costs less than starting its threads."""
-    with _publish_lock:
-        pool = _publish_pools.get(os.getpid())
+def _process_pool(name: str, threads: int) -> ThreadPoolExecutor:
+    """The worker process's pool `name` of `threads` (keyed by pid too: a forked child must not use its parent's
+    threads), kept across tokens and tasks: a small token's landing costs less than starting threads for it."""
+    key = (os.getpid(), name, threads)
+    with _pools_lock:
+        pool = _pools.get(key)
         if pool is None:
-            pool = _publish_pools[os.getpid()] = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="publish")
+            pool = _pools[key] = ThreadPoolExecutor(threads, thread_name_prefix=name)
         return pool
 
 
@@ -199,7 +200,7 @@ class TableFiles:
         scratches = [self.writers[t][1] for t in names]
         # each publish waits on a disk flush (or an upload): wait on them together (one file needs no thread)
         if len(names) > 1:
-            sizes = list(_publish_pool().map(storage.put_file, scratches, paths))
+            sizes = list(_process_pool("publish", PUBLISH_THREADS).map(storage.put_file, scratches, paths))
         else:
             sizes = [storage.put_file(scratch, path) for scratch, path in zip(scratches, paths, strict=True)]
         self.writers.clear()
@@ -281,19 +282,6 @@ def _summary_row(summary: ControlSummary) -> pa.RecordBatch:
     )
 
 
-_token_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
-
-
-def _token_pool(threads: int) -> ThreadPoolExecutor:
-    """The worker process's pool for a wave task's tokens (kept across tasks, as the publish pool)."""
-    with _publish_lock:
-        key = (os.getpid(), threads)
-        pool = _token_pools.get(key)
-        if pool is None:
-            pool = _token_pools[key] = ThreadPoolExecutor(threads, thread_name_prefix="token")
-        return pool
-
-
 def _landed_rows(spec: TokenJobSpec, max_buffered: int) -> list[pa.RecordBatch]:
     return list(land_in_wave(spec, max_buffered))
 
@@ -310,7 +298,7 @@ def land_wave_tokens(specs: list[TokenJobSpec], threads: int) -> Iterator[pa.Rec
             yield from land_in_wave(spec)
         return
     budget = MAX_BUFFERED_BYTES // min(threads, len(specs))
-    pool = _token_pool(threads)
+    pool = _process_pool("token", threads)
     futures = [pool.submit(_landed_rows, spec, budget) for spec in specs]
     try:
         for future in futures:

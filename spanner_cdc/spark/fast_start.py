@@ -222,21 +222,16 @@ def _run_a_driver(java_options: str) -> int | None:
     """A local driver that loads what an extract's driver loads (SQL, Python data sources and workers, Parquet), then
     its JVM's exit code: the JVM ends when this process closes its stdin."""
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
     from spanner_cdc.spark.session import (
-        classic_conf,
-        drop_connect_markers,
+        classic_builder,
         ensure_source_registered,
         start_driver,
         workers_run_this_python,
     )
 
-    drop_connect_markers()  # a classic driver, whatever this process inherited (pyspark checks them at config())
     workers_run_this_python()
-    builder = SparkSession.builder.master("local[1]").appName("spanner-cdc-class-archive")
-    for key, value in classic_conf("local[1]", java_options).items():
-        builder = builder.config(key, value)
+    builder = classic_builder("local[1]", "spanner-cdc-class-archive", java_options)
     spark = start_driver(builder, "local[1]")
     jvm: subprocess.Popen[bytes] = SparkContext._gateway.proc  # type: ignore[attr-defined,union-attr]
     ensure_source_registered(spark)

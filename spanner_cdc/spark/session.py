@@ -173,10 +173,7 @@ def _create(master: str) -> SparkSession:
     log.info("spark: starting a driver for master %s", master)
     workers_run_this_python()
     fast = _fast_start()
-    builder: Any = SparkSession.builder.master(master).appName(APP_NAME)
-    for key, value in classic_conf(master, fast.java_options()).items():
-        builder = builder.config(key, value)
-    session = start_driver(builder, master)
+    session = start_driver(classic_builder(master, APP_NAME, fast.java_options()), master)
     fast.started()
     session.sparkContext.setLogLevel("ERROR")
     return session
@@ -234,17 +231,28 @@ def drop_connect_markers() -> None:
         os.environ.pop(name, None)
 
 
+def classic_builder(master: str, app_name: str, java_options: str = "") -> Any:
+    """The builder of a classic driver for `master` with classic_conf, whatever Connect markers this process
+    inherited or set (pyspark reads them already at config())."""
+    from pyspark.sql import SparkSession
+
+    drop_connect_markers()
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in classic_conf(master, java_options).items():
+        builder = builder.config(key, value)
+    return builder
+
+
 def _is_classic(session: Any) -> bool:
     """A session of this process's own driver, not a Connect session (which pyspark may hand out as the active one)."""
     return not type(session).__module__.startswith("pyspark.sql.connect")
 
 
 def start_driver(builder: Any, master: str) -> SparkSession:
-    """getOrCreate of a classic driver (whatever Connect markers this process inherited or set), once more when the
-    JVM exits before it is up; then one line that says what to check."""
+    """getOrCreate of a classic driver (its builder from classic_builder), once more when the JVM exits before it is
+    up; then one line that says what to check."""
     from pyspark.errors import PySparkRuntimeError
 
-    drop_connect_markers()
     for attempt in range(1, JVM_START_ATTEMPTS + 1):
         try:
             with _spawn_without_fork_handlers():
