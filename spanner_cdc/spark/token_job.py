@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -12,15 +11,9 @@ from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
 from spanner_cdc.names import short_token
 from spanner_cdc.settings import env_int
 from spanner_cdc.spark.control_file import ControlSummary
-from spanner_cdc.spark.datasource import (
-    FILES_DDL,
-    SOURCE_NAME,
-    TASK_THREADS_OPTION,
-    TASK_TOKENS_OPTION,
-    WAVE_FILES_DDL,
-    WAVE_OPTION,
-)
+from spanner_cdc.spark.datasource import FILES_DDL, SOURCE_NAME
 from spanner_cdc.spark.spec import TokenJobSpec
+from spanner_cdc.spark.wave_task import WAVE_FILES_DDL, WaveTasks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -112,18 +105,14 @@ def task_threads() -> int:
 
 
 def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[TokenOutcome]:
-    """Driver side: one Spark job lands many tokens (arrow writer), a task per few tokens.
+    """Driver side: one Spark job lands many tokens (arrow writer), a task per few tokens (`spark/wave_task.py`).
 
-    Per-job costs (planning, scheduling, a round trip to a Connect server) are paid once for the wave. Each token's
-    control summary comes back as a row of the job (no control file). A token that fails fails alone (its error is
-    in its summary); a job that fails as a whole fails every token of it.
+    Per-job costs (scheduling, a round trip to a Connect server) are paid once for the wave. Each token's control
+    summary comes back as a row of the job (no control file). A token that fails fails alone (its error is in its
+    summary); a job that fails as a whole fails every token of it.
     """
-    from spanner_cdc.spark.session import ensure_source_registered
-
-    ensure_source_registered(spark)
-    wave = json.dumps([spec.options() for spec in specs])
-    reader = spark.read.format(SOURCE_NAME).schema(WAVE_FILES_DDL).option(WAVE_OPTION, wave)
-    frame = reader.option(TASK_TOKENS_OPTION, str(task_tokens())).option(TASK_THREADS_OPTION, str(task_threads())).load()
+    tasks = WaveTasks(specs, task_tokens(), task_threads())
+    frame = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(tasks, WAVE_FILES_DDL)
     job_error: Exception | None = None
     listings: dict[str, list[dict[str, Any]]] = {spec.token: [] for spec in specs}
     summaries: dict[str, ControlSummary] = {}

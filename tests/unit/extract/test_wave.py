@@ -40,21 +40,20 @@ def test_the_group_size_can_be_set(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_wave_job_lands_a_few_tokens_per_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    import json
+    import pickle
 
-    from spanner_cdc.spark.datasource import TASK_TOKENS_OPTION, WAVE_OPTION, SpannerChangeStreamReader
     from spanner_cdc.spark.token_job import TASK_TOKENS, TASK_TOKENS_ENV, task_tokens
+    from spanner_cdc.spark.wave_task import WaveTasks
 
     def tasks(tokens: int, per_task: int) -> list[list[int]]:
-        wave = [{"token": str(n)} for n in range(tokens)]
-        reader = SpannerChangeStreamReader({WAVE_OPTION: json.dumps(wave), TASK_TOKENS_OPTION: str(per_task)})
-        # a task's partition carries its tokens' own options
-        return [[int(options["token"]) for options in p.value] for p in reader.partitions()]
+        shipped = pickle.loads(pickle.dumps(WaveTasks(list(range(tokens)), per_task, 1)))  # what each task receives
+        return [shipped.specs(n) for n in range(len(shipped))]
 
     # every token in exactly one task, at most per_task each, spread evenly
     assert tasks(10, 4) == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
     assert tasks(3, 1) == [[0], [1], [2]]
     assert tasks(2, 8) == [[0, 1]]
+    assert len(WaveTasks(list(range(300)), 4, 1)) == 75
     assert_an_integer_setting(monkeypatch, TASK_TOKENS_ENV, task_tokens, TASK_TOKENS, 1000)
 
 
@@ -70,27 +69,12 @@ def assert_an_integer_setting(monkeypatch: pytest.MonkeyPatch, env: str, read: A
             read()
 
 
-def test_a_wave_tasks_reader_carries_no_other_tokens() -> None:
-    import json
-    import pickle
-
-    from spanner_cdc.spark.datasource import TASK_TOKENS_OPTION, WAVE_OPTION, SpannerChangeStreamReader
-
-    wave = [{"token": f"t{n}"} for n in range(300)]
-    reader = SpannerChangeStreamReader({WAVE_OPTION: json.dumps(wave), TASK_TOKENS_OPTION: "4", "other": "x"})
-    shipped = pickle.loads(pickle.dumps(reader))  # what every task of the job receives, beside its partition
-    assert shipped.is_wave and shipped.task_tokens == 4
-    assert shipped.options == {TASK_TOKENS_OPTION: "4", "other": "x"}
-    assert WAVE_OPTION in reader.options  # the planner's own reader still plans the tasks
-    assert len(reader.partitions()) == 75
-
-
 def test_a_wave_tokens_summary_row_fits_the_jobs_schema_and_carries_the_whole_summary() -> None:
     from datetime import UTC, datetime
 
     from spanner_cdc.spark.control_file import ControlSummary
-    from spanner_cdc.spark.datasource import WAVE_FILES_DDL
     from spanner_cdc.spark.executor import WAVE_SCHEMA, _summary_row
+    from spanner_cdc.spark.wave_task import WAVE_FILES_DDL
 
     assert WAVE_SCHEMA.names == [column.split("`")[1] for column in WAVE_FILES_DDL.split(", ")]
     summary = ControlSummary("tok", datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 1, tzinfo=UTC), rows=3, heartbeats=2)
@@ -101,14 +85,11 @@ def test_a_wave_tokens_summary_row_fits_the_jobs_schema_and_carries_the_whole_su
 
 
 def test_a_wave_task_lands_its_tokens_with_the_threads_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    import json
     import pickle
 
-    from spanner_cdc.spark.datasource import TASK_THREADS_OPTION, WAVE_OPTION, SpannerChangeStreamReader
     from spanner_cdc.spark.token_job import TASK_THREADS, TASK_THREADS_ENV, task_threads
+    from spanner_cdc.spark.wave_task import WaveTasks
 
-    wave = json.dumps([{"token": "t"}])
-    assert SpannerChangeStreamReader({WAVE_OPTION: wave}).task_threads == 1  # a job planned without the option
-    shipped = pickle.loads(pickle.dumps(SpannerChangeStreamReader({WAVE_OPTION: wave, TASK_THREADS_OPTION: "3"})))
-    assert shipped.task_threads == 3
+    assert pickle.loads(pickle.dumps(WaveTasks(["t"], 4, 3))).threads == 3
+    assert WaveTasks(["t"], 4, 0).threads == 1
     assert_an_integer_setting(monkeypatch, TASK_THREADS_ENV, task_threads, TASK_THREADS, 64)
