@@ -465,10 +465,12 @@ def run_window(
 ) -> WindowSummary:
     """Plan, then waves of ready tokens (children born in the window join later waves), then close."""
     started = time.monotonic()
+    from spanner_cdc.spark.session import start_in_background
     from spanner_cdc.spark.token_job import task_tokens
 
     lease_duration(), liveness_enabled(), driver_rows(), task_tokens()  # a bad setting stops the run before it changes anything
     _window(window_start, window_end)  # and a bad window before the database is asked anything
+    start_in_background(settings)  # a driver's JVM starts while the window is planned
     source = source or RunSource(settings)
     plan = plan_window(settings, window_start, window_end, read_method=read_method, source=source)
     start, end = plan.window_start, plan.window_end

@@ -11,6 +11,8 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,6 +112,7 @@ def classic_conf(master: str, java_options: str = "") -> dict[str, str]:
 _lock = threading.Lock()
 _sessions: dict[str, SparkSession] = {}
 _registered: set[int] = set()
+_starting: dict[str, tuple[Future[SparkSession], _Held]] = {}
 
 
 def _alive(session: SparkSession) -> bool:
@@ -126,9 +129,102 @@ def spark_session(settings: Settings | str) -> SparkSession:
     """The process's session for the master in `settings` (created once, then reused by every token job).
 
     For local and standalone masters an already running classic session of this process is reused
-    (the test suite's single local session); Connect sessions are per server URL.
+    (the test suite's single local session); Connect sessions are per server URL. A session that
+    `start_in_background` is starting is waited for (its start's error is raised here).
     """
     master = settings if isinstance(settings, str) else settings.spark_master
+    with _lock:
+        starting = _starting.pop(master, None)
+    if starting is not None:
+        future, held = starting
+        held.show()
+        started = future.result()
+        if _alive(started):  # not stopped since (stop_sessions)
+            return started
+    return _open(master)
+
+
+class _Held:
+    """What a start in the background shows (its log lines, its JVM's stderr), held until the run takes the session:
+    a run that fails while planning shows its own error alone. Once shown, the JVM's later lines pass as they come."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._shown = False
+        self._logs: list[tuple[str, tuple[Any, ...]]] = []
+        self._lines: list[bytes] = []
+
+    def info(self, message: str, *args: Any) -> None:
+        with self._lock:
+            if self._shown:
+                log.info(message, *args)
+            else:
+                self._logs.append((message, args))
+
+    def relay(self, stream: Any) -> None:
+        """Pass on (or hold) the lines of a child's stderr pipe, in a thread of its own until the pipe closes."""
+
+        def run() -> None:
+            with stream:
+                for line in iter(stream.readline, b""):
+                    with self._lock:
+                        if self._shown:
+                            _write_stderr(line)
+                        else:
+                            self._lines.append(line)
+
+        threading.Thread(target=run, name="spark-stderr", daemon=True).start()
+
+    def show(self) -> None:
+        with self._lock:
+            self._shown = True
+            for message, args in self._logs:
+                log.info(message, *args)
+            for line in self._lines:
+                _write_stderr(line)
+            self._logs, self._lines = [], []
+
+
+def _write_stderr(line: bytes) -> None:
+    stream = sys.stderr
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None:
+        buffer.write(line)
+    else:
+        stream.write(line.decode(errors="replace"))
+    stream.flush()
+
+
+_background = threading.local()  # .held: the _Held of the start this thread runs
+
+
+def start_in_background(settings: Settings) -> None:
+    """Begin the session for the master in `settings` in a thread of its own, so that what the caller does next
+    (planning a window: imports, queries, the store) overlaps a driver JVM's start (~2.5 s); `spark_session` takes it.
+
+    The same session, started the same way, except: a JVM started from this thread is spawned in a session of its
+    own (a Ctrl-C at the terminal does not reach it, as pyspark's own start ignores SIGINT), and what the start shows
+    waits for `spark_session` (a run that never takes it, failing while planning, shows one line: its error).
+    """
+    master = settings.spark_master
+    with _lock:
+        if master in _starting or (master in _sessions and _alive(_sessions[master])):
+            return
+        future: Future[SparkSession] = Future()
+        held = _Held()
+        _starting[master] = (future, held)
+
+    def start() -> None:
+        _background.held = held
+        try:
+            future.set_result(_open(master))
+        except BaseException as exc:  # handed to spark_session's caller
+            future.set_exception(exc)
+
+    threading.Thread(target=start, name="spark-start", daemon=True).start()
+
+
+def _open(master: str) -> SparkSession:
     with _lock:
         session = _sessions.get(master)
         if session is not None and _alive(session):
@@ -162,7 +258,7 @@ def _create(master: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
     if run_mode(master) == CONNECT:
-        log.info("spark: connecting to Spark Connect server %s", mask_spark_master(master))
+        _say("spark: connecting to Spark Connect server %s", mask_spark_master(master))
         return SparkSession.builder.remote(master).appName(APP_NAME).getOrCreate()
     drop_connect_markers()  # before asking pyspark for the active session: with a marker it answers with Connect's
     active = SparkSession.getActiveSession()
@@ -170,13 +266,22 @@ def _create(master: str) -> SparkSession:
         active = SparkSession._instantiatedSession  # type: ignore[attr-defined]
     if active is not None and _is_classic(active) and _alive(active):
         return active
-    log.info("spark: starting a driver for master %s", master)
+    _say("spark: starting a driver for master %s", master)
     workers_run_this_python()
     fast = _fast_start()
     session = start_driver(classic_builder(master, APP_NAME, fast.java_options()), master)
     fast.started()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _say(message: str, *args: Any) -> None:
+    """An INFO line of a start: held with the rest of a background start's output."""
+    held = getattr(_background, "held", None)
+    if held is None:
+        log.info(message, *args)
+    else:
+        held.info(message, *args)
 
 
 def workers_run_this_python() -> None:
@@ -288,10 +393,18 @@ def _spawn_without_fork_handlers() -> Iterator[None]:
 
 def spawn_ignoring_sigint(args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
     """Popen without preexec_fn; the child starts with SIGINT ignored when this is the main thread (only it may
-    change handlers; elsewhere the child gets the default, and Ctrl-C reaches it as it reaches this process)."""
+    change handlers); from another thread the child starts in a session of its own, out of the terminal's reach
+    (it still exits with this process: Spark's gateway ends when its stdin closes)."""
     kwargs.pop("preexec_fn", None)
     handler = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or handler is None:
+    if threading.current_thread() is not threading.main_thread():
+        held = getattr(_background, "held", None)
+        if held is None or "stderr" in kwargs:
+            return subprocess.Popen(args, start_new_session=True, **kwargs)
+        child = subprocess.Popen(args, start_new_session=True, stderr=subprocess.PIPE, **kwargs)
+        held.relay(child.stderr)
+        return child
+    if handler is None:
         return subprocess.Popen(args, **kwargs)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -316,7 +429,12 @@ def ensure_source_registered(session: SparkSession) -> None:
 
 
 def stop_sessions() -> None:
-    """Stop the sessions this process created (a Connect session only disconnects; the server lives on)."""
+    """Stop the sessions this process created (a Connect session only disconnects; the server lives on), and those
+    still starting once they are up."""
+    with _lock:
+        starting = [future for future, _ in _starting.values()]
+        _starting.clear()
+    futures_wait(starting)
     with _lock:
         for master, session in list(_sessions.items()):
             try:

@@ -118,3 +118,20 @@ def test_a_connect_master_after_a_local_driver_in_one_process(spark_connect_serv
         assert again.sparkContext._jsc is not None and again.range(2).count() == 2
     finally:
         stop_sessions()
+
+
+def test_a_driver_spawned_from_another_thread_is_out_of_the_terminals_reach() -> None:
+    """Only the main thread may ignore SIGINT around the spawn: elsewhere the child gets a session of its own, so a
+    Ctrl-C at the terminal reaches this process and not the JVM (which still ends when its stdin closes)."""
+    import os
+
+    children: list[subprocess.Popen[bytes]] = []
+    spawn = threading.Thread(target=lambda: children.append(spawn_ignoring_sigint(["sleep", "30"], stdin=subprocess.PIPE)))
+    spawn.start()
+    spawn.join(30)
+    (child,) = children
+    try:
+        assert os.getsid(child.pid) == child.pid != os.getsid(0)
+    finally:
+        child.kill()
+        child.wait(30)

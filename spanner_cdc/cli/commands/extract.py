@@ -114,10 +114,8 @@ def describe(summary: WindowSummary) -> str:
 def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.cli.commands.read import parse_timestamp
     from spanner_cdc.devstack.embedded_pg import with_dev_store
-    from spanner_cdc.extract.current_state import update_current_state
-    from spanner_cdc.extract.window import RunSource, catch_up, run_window
     from spanner_cdc.lake.layout import check_output_root
-    from spanner_cdc.spark.session import check_java, stop_sessions
+    from spanner_cdc.spark.session import check_java, start_in_background, stop_sessions
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are per connection, not ours
     settings = resolve_settings(args)
@@ -131,6 +129,10 @@ def handle(args: argparse.Namespace) -> int:
     if progress is not None:
         logging.getLogger("spanner_cdc").setLevel(logging.WARNING)
     try:
+        start_in_background(settings)  # the driver's JVM starts while the rest is imported and the window planned
+        from spanner_cdc.extract.current_state import update_current_state
+        from spanner_cdc.extract.window import RunSource, catch_up, run_window
+
         source = RunSource(settings)  # one Spanner client for the windows left open and this one
         catch_up(settings, start, read_method=args.read_method, max_waves=args.max_waves, source=source)
         summary = run_window(

@@ -1,0 +1,85 @@
+"""A session started in the background is the one spark_session hands out next, or its start's error is raised there."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from spanner_cdc.errors import SparkStartError
+from spanner_cdc.spark import session
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """session._open replaced (no JVM: this is the handoff's logic alone): each call's (master, thread) recorded;
+    a master starting with "bad" fails as a JVM that cannot start does."""
+    calls: list[tuple[str, str]] = []
+    release = threading.Event()
+
+    def fake_open(master: str) -> Any:
+        calls.append((master, threading.current_thread().name))
+        release.wait(10)  # the caller asks before the start has finished
+        if master.startswith("bad"):
+            raise SparkStartError(f"no driver for {master}")
+        return SimpleNamespace(master=master, thread=threading.current_thread().name, is_stopped=False)
+
+    monkeypatch.setattr(session, "_open", fake_open)
+    monkeypatch.setattr(session, "_starting", {})
+    threading.Timer(0.2, release.set).start()
+    return calls
+
+
+def test_the_caller_gets_the_session_started_in_the_background(opened: list[tuple[str, str]]) -> None:
+    session.start_in_background(SimpleNamespace(spark_master="local[2]"))  # type: ignore[arg-type]
+    session.start_in_background(SimpleNamespace(spark_master="local[2]"))  # type: ignore[arg-type]  # one start
+    started = session.spark_session("local[2]")
+    assert (started.master, started.thread) == ("local[2]", "spark-start")
+    assert opened == [("local[2]", "spark-start")]
+    session.spark_session("local[2]")  # later calls open (and reuse) it as before, not the finished start again
+    assert opened[1:] == [("local[2]", threading.current_thread().name)]
+
+
+def test_a_failed_background_start_is_raised_to_the_caller(opened: list[tuple[str, str]]) -> None:
+    session.start_in_background(SimpleNamespace(spark_master="bad://x"))  # type: ignore[arg-type]
+    with pytest.raises(SparkStartError, match="no driver for bad://x"):
+        session.spark_session("bad://x")
+    assert opened == [("bad://x", "spark-start")]
+
+
+def test_stopping_the_sessions_waits_for_a_start_and_forgets_it(opened: list[tuple[str, str]]) -> None:
+    session.start_in_background(SimpleNamespace(spark_master="local[2]"))  # type: ignore[arg-type]
+    ((starting, _),) = session._starting.values()
+    session.stop_sessions()  # a run that failed while planning: its driver is stopped, not left to the next caller
+    assert starting.done() and session._starting == {}
+    session.spark_session("local[2]")
+    assert opened[1:] == [("local[2]", threading.current_thread().name)]
+
+
+def test_a_background_starts_output_waits_until_the_run_takes_it(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import os
+    import time
+
+    written: list[bytes] = []
+    monkeypatch.setattr(session, "_write_stderr", written.append)
+    caplog.set_level(logging.INFO, logger=session.log.name)
+    held = session._Held()
+    read, write = os.pipe()
+    held.relay(os.fdopen(read, "rb"))  # as a JVM's stderr pipe
+    held.info("spark: starting a driver for master %s", "local[2]")
+    os.write(write, b"jvm: first\n")
+    deadline = time.monotonic() + 10
+    while not held._lines and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held._lines == [b"jvm: first\n"]
+    assert written == [] and not caplog.records  # a run that fails now shows its own error alone
+    held.show()
+    assert written == [b"jvm: first\n"] and [r.getMessage() for r in caplog.records] == ["spark: starting a driver for master local[2]"]
+    os.write(write, b"jvm: later\n")
+    os.close(write)
+    while len(written) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert written == [b"jvm: first\n", b"jvm: later\n"]  # once taken, lines pass as they come
