@@ -112,6 +112,7 @@ def classic_conf(master: str, java_options: str = "") -> dict[str, str]:
 _lock = threading.Lock()
 _sessions: dict[str, SparkSession] = {}
 _registered: set[int] = set()
+_starting_lock = threading.Lock()
 _starting: dict[str, tuple[Future[SparkSession], _Held]] = {}
 
 
@@ -133,7 +134,7 @@ def spark_session(settings: Settings | str) -> SparkSession:
     `start_in_background` is starting is waited for (its start's error is raised here).
     """
     master = settings if isinstance(settings, str) else settings.spark_master
-    with _lock:
+    with _starting_lock:
         starting = _starting.pop(master, None)
     if starting is not None:
         future, held = starting
@@ -207,8 +208,9 @@ def start_in_background(settings: Settings) -> None:
     waits for `spark_session` (a run that never takes it, failing while planning, shows one line: its error).
     """
     master = settings.spark_master
-    with _lock:
-        if master in _starting or (master in _sessions and _alive(_sessions[master])):
+    with _starting_lock:  # not _lock, which a start holds until its session is up
+        session = _sessions.get(master)
+        if master in _starting or (session is not None and _alive(session)):
             return
         future: Future[SparkSession] = Future()
         held = _Held()
@@ -431,7 +433,7 @@ def ensure_source_registered(session: SparkSession) -> None:
 def stop_sessions() -> None:
     """Stop the sessions this process created (a Connect session only disconnects; the server lives on), and those
     still starting once they are up."""
-    with _lock:
+    with _starting_lock:
         starting = [future for future, _ in _starting.values()]
         _starting.clear()
     futures_wait(starting)

@@ -83,3 +83,27 @@ def test_a_background_starts_output_waits_until_the_run_takes_it(monkeypatch: py
     while len(written) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert written == [b"jvm: first\n", b"jvm: later\n"]  # once taken, lines pass as they come
+
+
+def test_asking_again_while_a_start_is_under_way_does_not_wait_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`extract` asks twice (the command, then the window's run): the second ask returns at once, while the first
+    start still holds the sessions' lock, so the window is planned while the JVM starts."""
+    started, release = threading.Event(), threading.Event()
+
+    def slow_open(master: str) -> Any:
+        with session._lock:  # as _open holds it until the session is up
+            started.set()
+            release.wait(10)
+            return SimpleNamespace(master=master, is_stopped=False)
+
+    monkeypatch.setattr(session, "_open", slow_open)
+    monkeypatch.setattr(session, "_starting", {})
+    session.start_in_background(SimpleNamespace(spark_master="local[2]"))  # type: ignore[arg-type]
+    assert started.wait(10)
+    again = threading.Thread(target=session.start_in_background, args=(SimpleNamespace(spark_master="local[2]"),))
+    again.start()
+    again.join(5)
+    alive = again.is_alive()
+    release.set()
+    assert not alive
+    assert session.spark_session("local[2]").master == "local[2]"
