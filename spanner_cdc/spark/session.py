@@ -266,7 +266,7 @@ def _create(master: str) -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is None and SparkSession._instantiatedSession is not None:  # type: ignore[attr-defined]
         active = SparkSession._instantiatedSession  # type: ignore[attr-defined]
-    if active is not None and _is_classic(active) and _alive(active):
+    if active is not None and is_classic(active) and _alive(active):
         return active
     _say("spark: starting a driver for master %s", master)
     workers_run_this_python()
@@ -350,7 +350,7 @@ def classic_builder(master: str, app_name: str, java_options: str = "") -> Any:
     return builder
 
 
-def _is_classic(session: Any) -> bool:
+def is_classic(session: Any) -> bool:
     """A session of this process's own driver, not a Connect session (which pyspark may hand out as the active one)."""
     return not type(session).__module__.startswith("pyspark.sql.connect")
 

@@ -111,14 +111,11 @@ def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[Tok
     summary comes back as a row of the job (no control file). A token that fails fails alone (its error is in its
     summary); a job that fails as a whole fails every token of it.
     """
-    tasks = WaveTasks(specs, task_tokens(), task_threads())
-    frame = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(tasks, WAVE_FILES_DDL)
     job_error: Exception | None = None
     listings: dict[str, list[dict[str, Any]]] = {spec.token: [] for spec in specs}
     summaries: dict[str, ControlSummary] = {}
     try:
-        for row in frame.collect():
-            listing = row.asDict()
+        for listing in _wave_rows(spark, WaveTasks(specs, task_tokens(), task_threads())):
             token, control = listing.pop("token"), listing.pop("control")
             if control is None:
                 listings[token].append(listing)
@@ -134,6 +131,19 @@ def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[Tok
         except Exception as exc:  # noqa: BLE001 - the token's own failure, handed to its caller
             outcomes.append(TokenOutcome(spec, error=exc))
     return outcomes
+
+
+def _wave_rows(spark: SparkSession, tasks: WaveTasks) -> list[dict[str, Any]]:
+    """The job's rows: an RDD job on a classic session (no SQL planning, no Arrow: a fresh driver's first job
+    ~0.6 s rather than ~1.8 s, a warm one's ~110 rather than ~160 ms); on Spark Connect, which has no RDDs,
+    `mapInArrow` over a range (its planning is paid on the long-lived server)."""
+    from spanner_cdc.spark.session import is_classic
+
+    if is_classic(spark):
+        numbers = spark.sparkContext.parallelize(range(len(tasks)), len(tasks))
+        return numbers.mapPartitions(tasks.rows).collect()
+    frame = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(tasks, WAVE_FILES_DDL)
+    return [row.asDict() for row in frame.collect()]
 
 
 def _first_line(exc: BaseException) -> str:

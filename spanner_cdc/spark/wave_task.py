@@ -1,10 +1,10 @@
-"""A wave job's tasks: Spark maps `WaveTasks` over a range of task numbers, and each task lands its few tokens."""
+"""A wave job's tasks: Spark runs `WaveTasks` over task numbers (an RDD, or a range on Spark Connect), each landing a few tokens."""
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -20,12 +20,14 @@ WAVE_FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT, 
 
 
 class WaveTasks:
-    """`spark.range(0, n, 1, n).mapInArrow(WaveTasks(specs, per_task, threads), WAVE_FILES_DDL)`, n = len(tasks).
+    """A wave job's tasks, a few tokens each: `rows` over task numbers for an RDD job (classic sessions), or the
+    object itself over a range's batches for `mapInArrow` (Spark Connect, which has no RDDs); see `run_wave_job`.
 
-    A job over a range needs nothing of Spark's Python planning: a Python data source made every job start its
-    planning processes (lookup, create, plan: a fresh Python process each, one after another, before any task),
-    ~1.9 s of an extract's first job here. Every task receives this object whole, so each task's tokens travel
-    pickled apart and a task unpickles its own alone.
+    Neither needs Spark's Python data source planning: a data source made every job start its planning processes
+    (lookup, create, plan: a fresh Python process each, one after another, before any task), ~1.9 s of an extract's
+    first job here; and an RDD job needs no SQL planning or Arrow either (a fresh driver's first job ~0.6 s rather
+    than ~1.8 s for mapInArrow). Every task receives this object whole, so each task's tokens travel pickled apart
+    and a task unpickles its own alone.
     """
 
     def __init__(self, specs: Sequence[TokenJobSpec], per_task: int, threads: int) -> None:
@@ -40,13 +42,21 @@ class WaveTasks:
     def specs(self, task: int) -> list[TokenJobSpec]:
         return pickle.loads(self.tasks[task])  # written by this job's driver (__init__)
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Executor side: the task's numbers (one, from the range) in, its tokens' listing and summaries out."""
+    def batches(self, tasks: Iterable[int]) -> Iterator[pa.RecordBatch]:
+        """Executor side: these tasks' tokens landed, their listing and summaries as WAVE_FILES_DDL batches."""
         from spanner_cdc.spark.executor import land_wave_tokens
         from spanner_cdc.spark.reused_worker import settle
 
-        for batch in batches:
-            for task in batch.column(0).to_pylist():
-                # each token fails alone, as in a task of its own: its error is in its summary row
-                yield from land_wave_tokens(self.specs(task), self.threads)
+        for task in tasks:
+            # each token fails alone, as in a task of its own: its error is in its summary row
+            yield from land_wave_tokens(self.specs(task), self.threads)
         settle()  # once per worker process, after its first task: the worker settled for the next tasks
+
+    def rows(self, tasks: Iterable[int]) -> Iterator[dict[str, Any]]:
+        """An RDD partition's task numbers in, the rows of `batches` out (as dicts)."""
+        for batch in self.batches(tasks):
+            yield from batch.to_pylist()
+
+    def __call__(self, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """mapInArrow over a range: the task numbers come as batches of its one column."""
+        return self.batches(task for batch in numbers for task in batch.column(0).to_pylist())
