@@ -12,7 +12,6 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
-from concurrent.futures import wait as futures_wait
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -431,12 +430,13 @@ def ensure_source_registered(session: SparkSession) -> None:
 
 
 def stop_sessions() -> None:
-    """Stop the sessions this process created (a Connect session only disconnects; the server lives on), and those
-    still starting once they are up."""
+    """Stop the sessions this process created (a Connect session only disconnects; the server lives on).
+
+    A start no run took (a run that failed while planning, or found nothing to extract) is not waited for: it is
+    forgotten, with what it would have shown, and its driver ends with this process (Spark's gateway exits when its
+    stdin closes); in a process that goes on, it becomes the process's session as any start does."""
     with _starting_lock:
-        starting = [future for future, _ in _starting.values()]
         _starting.clear()
-    futures_wait(starting)
     with _lock:
         for master, session in list(_sessions.items()):
             try:

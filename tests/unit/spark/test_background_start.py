@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,30 +12,34 @@ import pytest
 from spanner_cdc.errors import SparkStartError
 from spanner_cdc.spark import session
 
+RELEASE = threading.Event()  # a start under way ends when it is set
+
 
 @pytest.fixture
-def opened(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """session._open replaced (no JVM: this is the handoff's logic alone): each call's (master, thread) recorded;
-    a master starting with "bad" fails as a JVM that cannot start does."""
+def opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str]]]:
+    """session._open replaced (no JVM: this is the handoff's logic alone): each call's (master, thread) recorded; it
+    returns once RELEASE is set; a master starting with "bad" fails as a JVM that cannot start does."""
     calls: list[tuple[str, str]] = []
-    release = threading.Event()
+    release = RELEASE
+    release.clear()
 
     def fake_open(master: str) -> Any:
         calls.append((master, threading.current_thread().name))
-        release.wait(10)  # the caller asks before the start has finished
+        release.wait(10)
         if master.startswith("bad"):
             raise SparkStartError(f"no driver for {master}")
         return SimpleNamespace(master=master, thread=threading.current_thread().name, is_stopped=False)
 
     monkeypatch.setattr(session, "_open", fake_open)
     monkeypatch.setattr(session, "_starting", {})
-    threading.Timer(0.2, release.set).start()
-    return calls
+    yield calls
+    release.set()
 
 
 def test_the_caller_gets_the_session_started_in_the_background(opened: list[tuple[str, str]]) -> None:
     session.start_in_background(SimpleNamespace(spark_master="local[2]"))  # type: ignore[arg-type]
     session.start_in_background(SimpleNamespace(spark_master="local[2]"))  # type: ignore[arg-type]  # one start
+    threading.Timer(0.2, RELEASE.set).start()  # the caller asks before the start has finished
     started = session.spark_session("local[2]")
     assert (started.master, started.thread) == ("local[2]", "spark-start")
     assert opened == [("local[2]", "spark-start")]
@@ -44,21 +49,27 @@ def test_the_caller_gets_the_session_started_in_the_background(opened: list[tupl
 
 def test_a_failed_background_start_is_raised_to_the_caller(opened: list[tuple[str, str]]) -> None:
     session.start_in_background(SimpleNamespace(spark_master="bad://x"))  # type: ignore[arg-type]
+    threading.Timer(0.2, RELEASE.set).start()
     with pytest.raises(SparkStartError, match="no driver for bad://x"):
         session.spark_session("bad://x")
     assert opened == [("bad://x", "spark-start")]
 
 
-def test_stopping_the_sessions_waits_for_a_start_and_forgets_it(opened: list[tuple[str, str]]) -> None:
+def test_stopping_the_sessions_forgets_a_start_no_run_took_without_waiting_for_it(
+    opened: list[tuple[str, str]],
+) -> None:
     session.start_in_background(SimpleNamespace(spark_master="local[2]"))  # type: ignore[arg-type]
     ((starting, _),) = session._starting.values()
-    session.stop_sessions()  # a run that failed while planning: its driver is stopped, not left to the next caller
-    assert starting.done() and session._starting == {}
-    session.spark_session("local[2]")
+    session.stop_sessions()  # a run that failed while planning: its error is not held up by the JVM's start
+    assert not starting.done() and session._starting == {}
+    RELEASE.set()
+    session.spark_session("local[2]")  # a later caller opens the session itself (here after the start is up)
     assert opened[1:] == [("local[2]", threading.current_thread().name)]
 
 
-def test_a_background_starts_output_waits_until_the_run_takes_it(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_background_starts_output_waits_until_the_run_takes_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     import logging
     import os
     import time
@@ -77,7 +88,9 @@ def test_a_background_starts_output_waits_until_the_run_takes_it(monkeypatch: py
     assert held._lines == [b"jvm: first\n"]
     assert written == [] and not caplog.records  # a run that fails now shows its own error alone
     held.show()
-    assert written == [b"jvm: first\n"] and [r.getMessage() for r in caplog.records] == ["spark: starting a driver for master local[2]"]
+    assert written == [b"jvm: first\n"] and [r.getMessage() for r in caplog.records] == [
+        "spark: starting a driver for master local[2]"
+    ]
     os.write(write, b"jvm: later\n")
     os.close(write)
     while len(written) < 2 and time.monotonic() < deadline:
