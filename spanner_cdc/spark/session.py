@@ -108,10 +108,10 @@ def classic_conf(master: str, java_options: str = "") -> dict[str, str]:
     return conf
 
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # the dicts below
+_creating = threading.Lock()  # held while a session is created
 _sessions: dict[str, SparkSession] = {}
 _registered: set[int] = set()
-_starting_lock = threading.Lock()
 _starting: dict[str, tuple[Future[SparkSession], _Held]] = {}
 
 
@@ -133,7 +133,7 @@ def spark_session(settings: Settings | str) -> SparkSession:
     `start_in_background` is starting is waited for (its start's error is raised here).
     """
     master = settings if isinstance(settings, str) else settings.spark_master
-    with _starting_lock:
+    with _lock:
         starting = _starting.pop(master, None)
     if starting is not None:
         future, held = starting
@@ -207,7 +207,7 @@ def start_in_background(settings: Settings) -> None:
     waits for `spark_session` (a run that never takes it, failing while planning, shows one line: its error).
     """
     master = settings.spark_master
-    with _starting_lock:  # not _lock, which a start holds until its session is up
+    with _lock:
         session = _sessions.get(master)
         if master in _starting or (session is not None and _alive(session)):
             return
@@ -226,8 +226,9 @@ def start_in_background(settings: Settings) -> None:
 
 
 def _open(master: str) -> SparkSession:
-    with _lock:
-        session = _sessions.get(master)
+    with _creating:  # one start at a time; _lock is only ever held briefly, so nothing else waits for a JVM
+        with _lock:
+            session = _sessions.get(master)
         if session is not None and _alive(session):
             return session
         if run_mode(master) == CONNECT:
@@ -235,7 +236,8 @@ def _open(master: str) -> SparkSession:
         session = _create(master)
         for key, value in RUNTIME_CONF.items():
             session.conf.set(key, value)
-        _sessions[master] = session
+        with _lock:
+            _sessions[master] = session
         return session
 
 
@@ -247,10 +249,11 @@ def _stop_classic_driver(master: str) -> None:
     if SparkContext._active_spark_context is None:  # type: ignore[attr-defined]
         return
     log.info("spark: stopping this process's driver before connecting to %s", mask_spark_master(master))
-    for other, session in list(_sessions.items()):
-        if run_mode(other) != CONNECT:
-            session.stop()
-            del _sessions[other]
+    with _lock:
+        classic = [other for other in _sessions if run_mode(other) != CONNECT]
+        stopping = [_sessions.pop(other) for other in classic]
+    for session in stopping:
+        session.stop()
     if SparkContext._active_spark_context is not None:  # type: ignore[attr-defined]
         SparkContext._active_spark_context.stop()  # type: ignore[attr-defined]
 
@@ -435,13 +438,13 @@ def stop_sessions() -> None:
     A start no run took (a run that failed while planning, or found nothing to extract) is not waited for: it is
     forgotten, with what it would have shown, and its driver ends with this process (Spark's gateway exits when its
     stdin closes); in a process that goes on, it becomes the process's session as any start does."""
-    with _starting_lock:
-        _starting.clear()
     with _lock:
-        for master, session in list(_sessions.items()):
-            try:
-                session.stop()
-            except Exception as exc:  # stopping is best effort at exit
-                log.debug("spark: stopping the session for %s failed: %s", master, exc)
+        _starting.clear()
+        stopping = list(_sessions.items())
         _sessions.clear()
         _registered.clear()
+    for master, session in stopping:
+        try:
+            session.stop()
+        except Exception as exc:  # stopping is best effort at exit
+            log.debug("spark: stopping the session for %s failed: %s", master, exc)

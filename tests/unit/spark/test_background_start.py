@@ -99,24 +99,28 @@ def test_a_background_starts_output_waits_until_the_run_takes_it(
 
 
 def test_asking_again_while_a_start_is_under_way_does_not_wait_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`extract` asks twice (the command, then the window's run): the second ask returns at once, while the first
-    start still holds the sessions' lock, so the window is planned while the JVM starts."""
+    """`extract` asks twice (the command, then the window's run), and stops its sessions when it fails while planning:
+    neither waits for the start under way (which holds the lock of starts), so the window is planned, or the error
+    shown, while the JVM starts."""
     started, release = threading.Event(), threading.Event()
 
-    def slow_open(master: str) -> Any:
-        with session._lock:  # as _open holds it until the session is up
-            started.set()
-            release.wait(10)
-            return SimpleNamespace(master=master, is_stopped=False)
+    def slow_create(master: str) -> Any:  # the JVM's start, inside the real _open
+        started.set()
+        release.wait(10)
+        return SimpleNamespace(master=master, is_stopped=False, conf=SimpleNamespace(set=lambda key, value: None))
 
-    monkeypatch.setattr(session, "_open", slow_open)
+    monkeypatch.setattr(session, "_create", slow_create)
     monkeypatch.setattr(session, "_starting", {})
+    monkeypatch.setattr(session, "_sessions", {})
     session.start_in_background(SimpleNamespace(spark_master="local[2]"))  # type: ignore[arg-type]
     assert started.wait(10)
     again = threading.Thread(target=session.start_in_background, args=(SimpleNamespace(spark_master="local[2]"),))
     again.start()
     again.join(5)
-    alive = again.is_alive()
+    stop = threading.Thread(target=session.stop_sessions)
+    stop.start()
+    stop.join(5)
+    waited = again.is_alive(), stop.is_alive()
     release.set()
-    assert not alive
-    assert session.spark_session("local[2]").master == "local[2]"
+    assert waited == (False, False)
+    assert session.spark_session("local[2]").master == "local[2]"  # the start, up by now, is the process's session
