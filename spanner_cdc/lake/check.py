@@ -37,29 +37,37 @@ def empty_check() -> dict[str, Any]:
 
 def read_checked(path: str) -> pa.Table:
     """The checked columns of one lake file, a local path or an object in a bucket."""
+    return _as_checked(_read_columns(path))
+
+
+def _read_columns(path: str) -> pa.Table:
+    """The checked columns of one lake file as the file holds them (their order and types)."""
     import pyarrow.parquet as pq
 
     # ParquetFile reads one file as it is (read_table plans a dataset first: ~3x the cost of a small file's read)
     if not storage.scheme_of(path):
-        return pq.ParquetFile(path).read(columns=CHECKED.names).select(CHECKED.names).cast(CHECKED)
+        return pq.ParquetFile(path).read(columns=CHECKED.names)
     with storage.filesystem(path).open(storage.bare(path), "rb") as handle:
-        return pq.ParquetFile(handle).read(columns=CHECKED.names).select(CHECKED.names).cast(CHECKED)
+        return pq.ParquetFile(handle).read(columns=CHECKED.names)
+
+
+def _as_checked(table: pa.Table) -> pa.Table:
+    return table.select(CHECKED.names).cast(CHECKED)
 
 
 def driver_transaction_check(paths: Sequence[str], *, window_start: datetime, window_end: datetime) -> dict[str, Any]:
     """`spark.check.transaction_check` in this process: the same result for the same files."""
     if not paths:
         return empty_check()
-    inside, outside = [], 0
     with ThreadPoolExecutor(max_workers=min(READERS, len(paths))) as pool:
-        for table in pool.map(read_checked, paths):
-            # only the window's rows are kept: the others are counted and dropped file by file
-            kept = table.filter(_inside(table, window_start, window_end))
-            outside += table.num_rows - kept.num_rows
-            inside.append(kept)
-    result = check_table(pa.concat_tables(inside), window_start=window_start, window_end=window_end)
-    result["outside_window_rows"] += outside
-    return result
+        tables = list(pool.map(_read_columns, paths))
+    # files that hold the columns alike are cast together: a cast per file cost more than reading a small file
+    # (1,723 files of 1,000 partitions: 1.37 -> 0.75 s); the rows read are bounded by driver_rows() as before
+    alike: dict[tuple[tuple[str, str], ...], list[pa.Table]] = {}
+    for table in tables:
+        alike.setdefault(tuple((field.name, str(field.type)) for field in table.schema), []).append(table)
+    checked = pa.concat_tables([_as_checked(pa.concat_tables(group)) for group in alike.values()])
+    return check_table(checked, window_start=window_start, window_end=window_end)
 
 
 def _inside(table: pa.Table, window_start: datetime, window_end: datetime) -> pa.ChunkedArray:

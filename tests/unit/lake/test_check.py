@@ -96,3 +96,22 @@ def test_the_driver_bound_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(DRIVER_ROWS_ENV, bad)
         with pytest.raises(ConfigError, match=f"{DRIVER_ROWS_ENV}.*an integer in"):
             driver_rows()
+
+
+def test_files_that_hold_the_columns_differently_are_checked_as_one_window(tmp_path: Path) -> None:
+    """The driver casts files that hold the checked columns alike together: files in another column order or with
+    narrower integers (another writer) are still read, cast and checked with the rest, outside rows counted."""
+    import pyarrow.parquet as pq
+
+    first = table(("u1", 0, "tx-a", "1", 2), ("u2", 0, "tx-a", "1", 2))
+    second = table(("u3", 1, "tx-a", "2", 2), ("u4", 4000, "tx-z", "1", 1))  # u4 after the window's end
+    third = table(("u5", 2, "tx-b", "1", 2))  # tx-b lacks its second record
+    other_writer = third.select(list(reversed(CHECKED.names)))
+    narrow = pa.schema([pa.field(f.name, pa.int32()) if pa.types.is_integer(f.type) else f for f in other_writer.schema])
+    paths = []
+    for n, data in enumerate((first, second, other_writer.cast(narrow))):
+        paths.append(str(tmp_path / f"f{n}.parquet"))
+        pq.write_table(data, paths[-1])
+    result = driver_transaction_check(paths, window_start=T0, window_end=E)
+    assert result == check(pa.concat_tables([first, second, third]))
+    assert (result["rows"], result["outside_window_rows"], result["mismatched"]) == (4, 1, 1)
