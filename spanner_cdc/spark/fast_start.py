@@ -219,8 +219,8 @@ class ClassArchive:
 
 
 def _run_a_driver(java_options: str) -> int | None:
-    """A local driver that loads what an extract's driver loads (SQL, Python data sources and workers, Parquet), then
-    its JVM's exit code: the JVM ends when this process closes its stdin."""
+    """A local driver that loads what an extract's driver loads (a wave job's RDD of Python tasks, SQL, Python data
+    sources and workers, Parquet), then its JVM's exit code: the JVM ends when this process closes its stdin."""
     from pyspark import SparkContext
 
     from spanner_cdc.spark.session import (
@@ -235,6 +235,7 @@ def _run_a_driver(java_options: str) -> int | None:
     spark = start_driver(builder, "local[1]")
     jvm: subprocess.Popen[bytes] = SparkContext._gateway.proc  # type: ignore[attr-defined,union-attr]
     ensure_source_registered(spark)
+    spark.sparkContext.parallelize(range(2), 2).mapPartitions(lambda numbers: ({"n": n} for n in numbers)).collect()
     with tempfile.TemporaryDirectory(prefix="spanner-cdc-archive-") as tmp:
         frame = spark.range(100).selectExpr("id", "CAST(id AS STRING) AS text", "current_timestamp() AS at")
         frame.mapInArrow(lambda batches: batches, frame.schema).write.parquet(f"{tmp}/t")

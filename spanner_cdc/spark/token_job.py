@@ -134,9 +134,8 @@ def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[Tok
 
 
 def _wave_rows(spark: SparkSession, tasks: WaveTasks) -> list[dict[str, Any]]:
-    """The job's rows: an RDD job on a classic session (no SQL planning, no Arrow: a fresh driver's first job
-    ~0.6 s rather than ~1.8 s, a warm one's ~110 rather than ~160 ms); on Spark Connect, which has no RDDs,
-    `mapInArrow` over a range (its planning is paid on the long-lived server)."""
+    """The job's rows: an RDD job on a classic session, `mapInArrow` over a range on Spark Connect, which has no
+    RDDs (its planning is paid on the long-lived server); why, in `WaveTasks`."""
     from spanner_cdc.spark.session import is_classic
 
     if is_classic(spark):
