@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 from spanner_cdc import names
 from spanner_cdc.errors import ConfigError, SparkStartError
 from spanner_cdc.masking import mask_spark_master
+from spanner_cdc.spark import fast_start
 from spanner_cdc.spark.fast_start import FastStart
 
 if TYPE_CHECKING:
@@ -145,21 +146,21 @@ def spark_session(settings: Settings | str) -> SparkSession:
 
 
 class _Held:
-    """What a start in the background shows (its log lines, its JVM's stderr), held until the run takes the session:
-    a run that fails while planning shows its own error alone. Once shown, the JVM's later lines pass as they come."""
+    """What a start in the background shows (its log records, its JVM's stderr), held until the run takes the session:
+    a run that fails while planning shows its own error alone. Once shown, later output passes as it comes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._shown = False
-        self._logs: list[tuple[str, tuple[Any, ...]]] = []
+        self._records: list[logging.LogRecord] = []
         self._lines: list[bytes] = []
 
-    def info(self, message: str, *args: Any) -> None:
+    def hold(self, record: logging.LogRecord) -> bool:
+        """Whether the record may pass now; if not, it is kept for `show`."""
         with self._lock:
-            if self._shown:
-                log.info(message, *args)
-            else:
-                self._logs.append((message, args))
+            if not self._shown:
+                self._records.append(record)
+            return self._shown
 
     def relay(self, stream: Any) -> None:
         """Pass on (or hold) the lines of a child's stderr pipe, in a thread of its own until the pipe closes."""
@@ -178,11 +179,11 @@ class _Held:
     def show(self) -> None:
         with self._lock:
             self._shown = True
-            for message, args in self._logs:
-                log.info(message, *args)
+            for record in self._records:
+                logging.getLogger(record.name).handle(record)
             for line in self._lines:
                 _write_stderr(line)
-            self._logs, self._lines = [], []
+            self._records, self._lines = [], []
 
 
 def _write_stderr(line: bytes) -> None:
@@ -196,6 +197,19 @@ def _write_stderr(line: bytes) -> None:
 
 
 _background = threading.local()  # .held: the _Held of the start this thread runs
+
+
+class _HoldBackground(logging.Filter):
+    """On the loggers of a start's modules: a record logged by a background start's thread waits in its _Held
+    (whichever module logs it: the class archive's writer logs from fast_start, a first run's case)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        held = getattr(_background, "held", None)
+        return held is None or held.hold(record)
+
+
+for _logger in (log, fast_start.log):
+    _logger.addFilter(_HoldBackground())
 
 
 def start_in_background(settings: Settings) -> None:
@@ -262,7 +276,7 @@ def _create(master: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
     if run_mode(master) == CONNECT:
-        _say("spark: connecting to Spark Connect server %s", mask_spark_master(master))
+        log.info("spark: connecting to Spark Connect server %s", mask_spark_master(master))
         return SparkSession.builder.remote(master).appName(APP_NAME).getOrCreate()
     drop_connect_markers()  # before asking pyspark for the active session: with a marker it answers with Connect's
     active = SparkSession.getActiveSession()
@@ -270,22 +284,13 @@ def _create(master: str) -> SparkSession:
         active = SparkSession._instantiatedSession  # type: ignore[attr-defined]
     if active is not None and is_classic(active) and _alive(active):
         return active
-    _say("spark: starting a driver for master %s", master)
+    log.info("spark: starting a driver for master %s", master)
     workers_run_this_python()
     fast = _fast_start()
     session = start_driver(classic_builder(master, APP_NAME, fast.java_options()), master)
     fast.started()
     session.sparkContext.setLogLevel("ERROR")
     return session
-
-
-def _say(message: str, *args: Any) -> None:
-    """An INFO line of a start: held with the rest of a background start's output."""
-    held = getattr(_background, "held", None)
-    if held is None:
-        log.info(message, *args)
-    else:
-        held.info(message, *args)
 
 
 def workers_run_this_python() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from spanner_cdc.errors import SparkStartError
-from spanner_cdc.spark import session
+from spanner_cdc.spark import fast_start, session
 
 RELEASE = threading.Event()  # a start under way ends when it is set
 
@@ -77,19 +77,31 @@ def test_a_background_starts_output_waits_until_the_run_takes_it(
     written: list[bytes] = []
     monkeypatch.setattr(session, "_write_stderr", written.append)
     caplog.set_level(logging.INFO, logger=session.log.name)
+    caplog.set_level(logging.INFO, logger=fast_start.log.name)
     held = session._Held()
     read, write = os.pipe()
     held.relay(os.fdopen(read, "rb"))  # as a JVM's stderr pipe
-    held.info("spark: starting a driver for master %s", "local[2]")
+
+    def start() -> None:  # what a background start logs, from its own thread, whichever module logs it
+        session._background.held = held
+        session.log.info("spark: starting a driver for master %s", "local[2]")
+        fast_start.log.info("spark: writing a class archive for faster driver starts in the background (pid %s, once)", 1)
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    starting.join()
+    session.log.info("spark: not a start's")  # the caller's own thread logs as ever
     os.write(write, b"jvm: first\n")
     deadline = time.monotonic() + 10
     while not held._lines and time.monotonic() < deadline:
         time.sleep(0.01)
     assert held._lines == [b"jvm: first\n"]
-    assert written == [] and not caplog.records  # a run that fails now shows its own error alone
-    held.show()
+    assert written == [] and [r.getMessage() for r in caplog.records] == ["spark: not a start's"]  # a run that fails
+    held.show()  # now shows its own error alone
     assert written == [b"jvm: first\n"] and [r.getMessage() for r in caplog.records] == [
-        "spark: starting a driver for master local[2]"
+        "spark: not a start's",
+        "spark: starting a driver for master local[2]",
+        "spark: writing a class archive for faster driver starts in the background (pid 1, once)",
     ]
     os.write(write, b"jvm: later\n")
     os.close(write)
