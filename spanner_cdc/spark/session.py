@@ -208,7 +208,7 @@ class _HoldBackground(logging.Filter):
         return held is None or held.hold(record)
 
 
-for _logger in (log, fast_start.log):
+for _logger in (log, fast_start.log):  # the modules that log while a session starts
     _logger.addFilter(_HoldBackground())
 
 
