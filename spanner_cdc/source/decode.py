@@ -12,9 +12,7 @@ from google.cloud.spanner_v1.data_types import JsonObject
 from google.protobuf.struct_pb2 import Value as _WireValue
 
 from spanner_cdc.errors import SourceError
-from spanner_cdc.names import POSTGRESQL
-from spanner_cdc.source.queries import validate_dialect
-from spanner_cdc.source.records import (
+from spanner_cdc.model.records import (
     MOD_TYPES,
     VALUE_CAPTURE_TYPES,
     ChangeRecord,
@@ -25,6 +23,8 @@ from spanner_cdc.source.records import (
     HeartbeatRecord,
     Mod,
 )
+from spanner_cdc.names import POSTGRESQL
+from spanner_cdc.source.queries import validate_dialect
 
 RowMapper = Callable[[Sequence[Any]], list[ChangeRecord]]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import msgspec
 
+from spanner_cdc.model.records import ChangeRecord, ColumnType, DataChangeRecord, Mod
 from spanner_cdc.source.decode import _Malformed, _parse_timestamp
-from spanner_cdc.source.records import ChangeRecord, ColumnType, DataChangeRecord, Mod
 
 # The documented row as upb serializes it (fields in order, each once, lengths as shortest varints):
 #   Value{list_value: [Value{list_value: [Value{list_value: [Value{list_value: [13 fields]}]},  <- data_change_record

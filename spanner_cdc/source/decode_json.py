@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from spanner_cdc.model.records import ColumnType, DataChangeRecord, Mod
 from spanner_cdc.source.decode import _parse_timestamp, _pg_column_types
-from spanner_cdc.source.records import ColumnType, DataChangeRecord, Mod
 
 _UNSET: Any = msgspec.UNSET
 

@@ -13,6 +13,15 @@ import msgspec
 from google.cloud.spanner_v1 import TypeCode
 
 from spanner_cdc.errors import SourceError
+from spanner_cdc.model.records import (
+    ChangeRecord,
+    ChildPartition,
+    ChildPartitionsRecord,
+    ColumnType,
+    DataChangeRecord,
+    HeartbeatRecord,
+    Mod,
+)
 from spanner_cdc.source.decode import (
     _SHAPE_ERRORS,
     CHILD_PARTITION_FIELDS,
@@ -26,15 +35,6 @@ from spanner_cdc.source.decode import (
     _data_change,
     _Malformed,
     _parse_timestamp,
-)
-from spanner_cdc.source.records import (
-    ChangeRecord,
-    ChildPartition,
-    ChildPartitionsRecord,
-    ColumnType,
-    DataChangeRecord,
-    HeartbeatRecord,
-    Mod,
 )
 
 _S, _B, _I, _T, _J = TypeCode.STRING, TypeCode.BOOL, TypeCode.INT64, TypeCode.TIMESTAMP, TypeCode.JSON

@@ -11,6 +11,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError, setting
+from spanner_cdc.model.records import ChangeRecord, DataChangeRecord, HeartbeatRecord, PartitionEndRecord
 from spanner_cdc.names import MUTABLE_KEY_RANGE, POSTGRESQL
 from spanner_cdc.source.decode import lazy_decode, postgresql_records, row_mapper
 from spanner_cdc.source.decode_proto import proto_row_mapper
@@ -22,7 +23,6 @@ from spanner_cdc.source.queries import (
     validate_stream_name,
     validate_window,
 )
-from spanner_cdc.source.records import ChangeRecord, DataChangeRecord, HeartbeatRecord, PartitionEndRecord
 from spanner_cdc.times import rfc3339
 
 log = logging.getLogger(__name__)

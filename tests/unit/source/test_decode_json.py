@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from spanner_cdc.model.records import MOD_TYPES, VALUE_CAPTURE_TYPES
 from spanner_cdc.source.decode import row_mapper
 from spanner_cdc.source.decode_json import FastDataChanges
-from spanner_cdc.source.records import MOD_TYPES, VALUE_CAPTURE_TYPES
 from tests.unit.source import test_decode_examples as ex
 
 DATA_CHANGES = [ex.TRANSFER_1, ex.TRANSFER_2, ex.NEW_VALUES, ex.NEW_ROW]
