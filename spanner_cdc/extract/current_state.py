@@ -86,8 +86,8 @@ def _facts(paths: list[str], start: datetime | None, end: datetime | None) -> li
 
     out: list[SchemaFact] = []
     for path in paths:
-        with storage.filesystem(path).open_input_file(storage.bare(path)) as stream:
-            for batch in pq.ParquetFile(stream).iter_batches(columns=FACT_COLUMNS, batch_size=65_536):
+        with pq.ParquetFile(storage.bare(path), filesystem=storage.filesystem(path)) as parquet:
+            for batch in parquet.iter_batches(columns=FACT_COLUMNS, batch_size=65_536):
                 data = pa.Table.from_batches([batch])
                 if start is not None and end is not None:
                     stamp = data.column("commit_timestamp")

@@ -76,13 +76,14 @@ def _bucketer(handle: StaticTable) -> tuple[str | None, Any]:
     return source.name, part.transform.transform(source.field_type)
 
 
-def _partition(handle: StaticTable, column: str | None, value: Any) -> Any:
+def _partition(handle: StaticTable, column: str | None, bucket: int | None) -> Any:
+    """The partition key of a bucket (pyiceberg takes the transformed value)."""
     from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
 
     if column is None:
         return None
     spec, schema = handle.metadata.spec(), handle.schema()
-    return PartitionKey([PartitionFieldValue(spec.fields[0], value)], spec, schema)
+    return PartitionKey([PartitionFieldValue(spec.fields[0], bucket)], spec, schema)
 
 
 def _write_rows(handle: StaticTable, rows: list[dict[str, Any]], partition_key: Any) -> DataFile:
@@ -112,16 +113,7 @@ def seed(task: StateTask) -> list[dict[str, str]]:
         for change in fold(rows).values():
             if change.row is not None:
                 by_bucket.setdefault(bucket_of(change.row[column]) if column else None, []).append(change.row)
-    out = []
-    for rows in by_bucket.values():
-        out.append(
-            _entry(
-                task.table,
-                "data",
-                _write_rows(handle, rows, _partition(handle, column, rows[0][column] if column else None)),
-            )
-        )
-    return out
+    return [_entry(task.table, "data", _write_rows(handle, rows, _partition(handle, column, b))) for b, rows in by_bucket.items()]
 
 
 def _window_changes(task: StateTask) -> list[dict[str, Any]]:
@@ -190,10 +182,10 @@ def apply(task: StateTask) -> list[dict[str, str]]:
                 bases.update({text: row for (_, text), row in zip(partial, whole, strict=True)})
         positions += [(candidate.path, pos) for pos, _ in found]
     rows = [row for text, change in changes.items() if (row := _resolved(change, bases.get(text))) is not None]
-    sample = next(iter(changes.values())).keys[column] if column else None
-    out = [_entry(task.table, "data", _write_rows(handle, rows, _partition(handle, column, sample)))] if rows else []
+    partition = _partition(handle, column, task.bucket)
+    out = [_entry(task.table, "data", _write_rows(handle, rows, partition))] if rows else []
     if positions:
-        out.append(_entry(task.table, "deletes", _write_deletes(handle, positions, _partition(handle, column, sample))))
+        out.append(_entry(task.table, "deletes", _write_deletes(handle, positions, partition)))
     return out
 
 
