@@ -35,8 +35,8 @@ class StreamConfig:
     output_root: Path | str | None = None
     concurrency: int | None = None
     snapshot: bool = False  # the first run reads every watched table at its window start (the initial snapshot)
-    current_state: bool = False  # each closed window: every table's state as of its end under current/
-    current_state_keep: int = 24  # states kept (older ones deleted)
+    current_state: bool = False  # each closed window: one snapshot of every table's current-state Iceberg table
+    current_state_keep: int = 24  # window snapshots kept per state table (older ones expired)
 
     @property
     def dag_id(self) -> str:
