@@ -15,7 +15,7 @@ from spanner_cdc.devstack.workload_schema import ddl_statements
 from spanner_cdc.local_spanner.streaming import MESSAGE_BYTES
 from spanner_cdc.model.records import ChildPartitionsRecord, DataChangeRecord
 from spanner_cdc.source.client import stream_metadata
-from spanner_cdc.source.decode import row_mapper
+from spanner_cdc.source.decode.mapper import row_mapper
 from spanner_cdc.source.queries import build_query
 from spanner_cdc.source.reader import PartitionReader
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id

@@ -16,7 +16,7 @@ from spanner_cdc.model.records import (
     HeartbeatRecord,
     Mod,
 )
-from spanner_cdc.source.decode import row_mapper
+from spanner_cdc.source.decode.mapper import row_mapper
 from tests.unit.source import test_decode_examples as ex
 
 DIALECTS = ex.MODES  # GoogleSQL, PostgreSQL decoded by the client, PostgreSQL undecoded (what the reader asks for)

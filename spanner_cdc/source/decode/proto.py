@@ -27,7 +27,7 @@ from spanner_cdc.model.records import (
     PartitionEventRecord,
     PartitionStartRecord,
 )
-from spanner_cdc.source.decode import RowMapper
+from spanner_cdc.source.decode.fields import RowMapper
 
 _Record = ChangeStreamRecord.pb()
 _MOD_TYPES = {number: name for name, number in _Record.DataChangeRecord.ModType.items()}
