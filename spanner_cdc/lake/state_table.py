@@ -305,3 +305,40 @@ def read_state(handle: Table, snapshot_id: int) -> pa.Table:
     data = handle.scan(snapshot_id=snapshot_id).to_arrow()
     keys = [handle.schema().find_field(i).name for i in handle.schema().identifier_field_ids]
     return data.sort_by([(k, "ascending") for k in keys]) if data.num_rows else data
+
+
+def table_entry(handle: Table, kind: str, source_table: str | None) -> dict[str, Any]:
+    """`lake show`'s entry of one table: its identifier, kind, source table and snapshots (oldest first), each with
+    its window and the rows it added and removed (a state table removes rows by position deletes)."""
+    snapshots = []
+    for snap in handle.snapshots():
+        summary = snap.summary.additional_properties if snap.summary else {}
+        removed = int(summary.get("deleted-records", 0)) + int(summary.get("added-position-deletes", 0))
+        snapshots.append({
+            "snapshot_id": snap.snapshot_id,
+            "window_start": summary.get(WINDOW_START),
+            "window_end": summary.get(WINDOW_END) or summary.get(SNAPSHOT_AT),
+            "rows_added": int(summary.get("added-records", 0)),
+            "rows_removed": removed,
+        })  # fmt: skip
+    return {"identifier": list(handle.name()), "kind": kind, "source_table": source_table, "snapshots": snapshots}
+
+
+def stream_tables(catalog: Catalog, layout: LakeLayout) -> list[dict[str, Any]]:
+    """Every Iceberg table of a stream's lineage: its change log (if any) first, then each current-state table."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    out = []
+    try:
+        out.append(table_entry(catalog.load_table((layout.namespace, layout.stream)), "change_log", None))
+    except (NoSuchTableError, NoSuchNamespaceError):
+        pass
+    prefix = f"{layout.stream}__current__"
+    try:
+        names = sorted(i for i in catalog.list_tables(layout.namespace) if i[-1].startswith(prefix))
+    except NoSuchNamespaceError:
+        names = []
+    for identifier in names:
+        handle = catalog.load_table(identifier)
+        out.append(table_entry(handle, "current_state", str(handle.properties.get(SOURCE_TABLE, identifier[-1][len(prefix) :]))))
+    return out
