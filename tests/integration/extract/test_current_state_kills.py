@@ -25,7 +25,7 @@ from spanner_cdc.settings import subprocess_env
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(150)]
 SEED = 30
 KILLS = 12
-STREAM = "Items"
+STREAM = "ItemsStream"
 DDL = [
     "CREATE TABLE Items (Id INT64 NOT NULL, Name STRING(MAX), Qty INT64) PRIMARY KEY (Id)",
     # NEW_VALUES: an update names only the columns it wrote, so the apply must find the row's other columns
@@ -41,13 +41,15 @@ def source_at(database: Any, at: datetime) -> list[dict[str, Any]]:
 
 def windows_of_changes(database: Any, rng: random.Random, count: int) -> list[datetime]:
     """`count` windows, each of partial updates, deletes and inserts over random keys; their ends."""
-    ends, next_id = [], 1000
+    ends, next_id, alive = [], 1000, list(range(200))
     for _ in range(count):
         with database.batch() as b:
-            b.update("Items", ["Id", "Qty"], [[i, rng.randrange(10_000)] for i in rng.sample(range(200), 15)])
+            b.update("Items", ["Id", "Qty"], [[i, rng.randrange(10_000)] for i in rng.sample(alive, 15)])
+        gone = rng.sample(alive, 5)
         with database.batch() as b:
-            b.delete("Items", spanner.KeySet(keys=[[i] for i in rng.sample(range(200), 5)]))
+            b.delete("Items", spanner.KeySet(keys=[[i] for i in gone]))
             b.insert("Items", ["Id", "Name"], [[next_id + i, f"new{next_id + i}"] for i in range(5)])
+        alive = [i for i in alive if i not in gone] + [next_id + i for i in range(5)]
         next_id += 5
         ends.append(datetime.now(UTC))
     return ends
