@@ -285,3 +285,61 @@ def update_current_state(
     finally:
         _dispose(catalog)
     return made
+
+
+@dataclass
+class FoldSummary:
+    """What folding a state table's delete files did."""
+
+    table: str
+    snapshot_id: int | None  # None: the table had no delete file
+    replaced: int = 0
+    written: int = 0
+    deletes: int = 0
+
+
+def fold_state_deletes(settings: Settings) -> list[FoldSummary]:
+    """Maintenance of the state tables: each table's position deletes folded into its data files (a Spark task per
+    bucket that has any), in one snapshot per table; reads give the same rows before, during and after."""
+    from spanner_cdc.lake.iceberg import _dispose
+    from spanner_cdc.lake.state_table import commit_fold
+    from spanner_cdc.spark.session import spark_session
+    from spanner_cdc.spark.state_job import Candidate, StateTask, run_state_job
+
+    layout = layout_of(settings)
+    catalog = state_catalog(settings)
+    out = []
+    try:
+        io = _io_properties(catalog)
+        for table in known_tables(catalog, layout):
+            handle = _load(catalog, layout, table)
+            if handle is None or handle.current_snapshot() is None:
+                continue
+            bucketed = bool(handle.spec().fields)
+            planned = list(handle.scan().plan_files())
+            dirty = {p.file.partition[0] if bucketed else None for p in planned if p.delete_files}
+            if not dirty:
+                out.append(FoldSummary(table, None))
+                continue
+            groups: dict[int | None, list[Any]] = {}
+            for p in planned:
+                bucket = p.file.partition[0] if bucketed else None
+                if bucket in dirty:
+                    groups.setdefault(bucket, []).append(p)
+            tasks = [
+                StateTask("compact", table, handle.metadata_location, io, [], bucket,
+                          [Candidate(p.file.file_path, sorted(d.file_path for d in p.delete_files)) for p in group])
+                for bucket, group in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+            ]  # fmt: skip
+            files = run_state_job(spark_session(settings), tasks)
+            for _, _, data_file in files:
+                data_file.spec_id = handle.metadata.default_spec_id
+            replaced = [p.file for group in groups.values() for p in group]
+            deletes = len({d.file_path for p in planned for d in p.delete_files})
+            snapshot_id = commit_fold(handle, replaced, [f for _, _, f in files], {"spanner-cdc.maintenance": "fold-deletes"})
+            out.append(FoldSummary(table, snapshot_id, len(replaced), len(files), deletes))
+            log.info("%s: current state of %s: %d delete files folded, %d data files rewritten as %d", layout.stream, table,
+                     deletes, len(replaced), len(files))  # fmt: skip
+    finally:
+        _dispose(catalog)
+    return out

@@ -41,7 +41,8 @@ class Candidate:
 @dataclass(frozen=True)
 class StateTask:
     """One task: `seed` writes a snapshot file's rows (`inputs`) as data files, bucketed; `apply` applies the window's
-    changes (`inputs`: its change files, commits in [start, end)) whose key falls in `bucket` to `candidates`."""
+    changes (`inputs`: its change files, commits in [start, end)) whose key falls in `bucket` to `candidates`;
+    `compact` rewrites the bucket's `candidates` less their deleted rows as one data file."""
 
     kind: str
     table: str
@@ -220,6 +221,28 @@ def _write_deletes(handle: StaticTable, positions: list[tuple[str, int]], partit
     )
 
 
+def compact(task: StateTask) -> list[dict[str, str]]:
+    """Executor side: the bucket's data files, less the rows their position deletes remove, as one data file."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    handle = _open(task)
+    column, _ = _bucketer(handle)
+    arrow = schema_to_pyarrow(handle.schema(), include_field_ids=False)
+    rows: list[dict[str, Any]] = []
+    for candidate in task.candidates:
+        with handle.io.new_input(candidate.path).open() as stream:
+            data = pq.read_table(stream)
+        deleted = _deleted_positions(handle, candidate)
+        if deleted:
+            data = data.filter(pa.array([i not in deleted for i in range(data.num_rows)]))
+        # by name: an older file lacks a column added since (null) and keeps one dropped since (left out)
+        rows += [{name: row.get(name) for name in arrow.names} for row in data.to_pylist()]
+    if not rows:
+        return []
+    return [_entry(task.table, "data", _write_rows(handle, rows, _partition(handle, column, task.bucket)))]
+
+
 def decode_entry(text: str) -> DataFile:
     return pickle.loads(base64.b64decode(text))  # noqa: S301 (written by this job's own tasks)
 
@@ -235,7 +258,7 @@ def _tasks(options: Mapping[str, str]) -> list[StateTask]:
 
 
 def run_task(task: StateTask) -> list[dict[str, str]]:
-    return seed(task) if task.kind == "seed" else apply(task)
+    return {"seed": seed, "apply": apply, "compact": compact}[task.kind](task)
 
 
 class StateReader(DataSourceReader):

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from google.cloud import spanner
 
-from spanner_cdc.extract.current_state import state_catalog, update_current_state
+from spanner_cdc.extract.current_state import fold_state_deletes, state_catalog, update_current_state
 from spanner_cdc.extract.snapshot import run_snapshot
 from spanner_cdc.extract.window import run_window
 from spanner_cdc.lake.layout import LakeLayout
@@ -177,6 +177,16 @@ def test_the_state_at_each_window_end_is_the_source_read_then_for_each_capture_t
         accounts = catalog.load_table(state_identifier(layout, "Accounts"))
         assert snapshot_at(accounts, bounds[1]) is None and snapshot_at(accounts, bounds[2]) is not None, name
         assert update_current_state(s, keep=1) == [] and state_rows(s, layout, "Accounts", bounds[2])[1] == rows  # a re-run: nothing new
+        # maintenance folds the position deletes into data files: the current snapshot reads the same, without deletes
+        folded = {f.table: f for f in fold_state_deletes(s)}
+        assert folded["Accounts"].snapshot_id is not None and folded["Accounts"].deletes > 0, name
+        accounts = catalog.load_table(state_identifier(layout, "Accounts"))
+        assert not any(task.delete_files for task in accounts.scan().plan_files()), name
+        current = accounts.current_snapshot()
+        assert current is not None and _rows(read_state(accounts, current.snapshot_id))[1] == rows, name
+        assert state_rows(s, layout, "Accounts", bounds[2])[1] == rows  # the window's own snapshot reads as before
+        assert all(f.snapshot_id is None for f in fold_state_deletes(s)), name  # nothing left to fold
+        assert update_current_state(s, keep=1) == [], name  # the fold is no window
         if name == next(iter(settings)):
             # no state left: the snapshot plus the change log alone give the source at each window end again
             for table in ("Accounts", "Ledger"):
