@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spanner_cdc.lake.columns import LAKE_SCHEMA
+from spanner_cdc.lake.completeness import record_from_summary, summary_properties
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.storage import join, scheme_of
 from spanner_cdc.store.models import ManifestFile
@@ -144,8 +145,12 @@ def _absolute_root(layout: LakeLayout) -> str:
     return layout.location if layout.is_url else os.path.abspath(layout.location)
 
 
-def commit_window(table: Table, *, window_start: datetime, window_end: datetime, files: Sequence[ManifestFile]) -> WindowCommit:
-    """Make the table hold exactly the window's manifest files, in one snapshot naming the window.
+def commit_window(
+    table: Table, *, window_start: datetime, window_end: datetime, files: Sequence[ManifestFile],
+    completeness: Mapping[str, Any] | None = None,
+) -> WindowCommit:  # fmt: skip
+    """Make the table hold exactly the window's manifest files, in one snapshot naming the window and carrying
+    its completeness record (`lake/completeness.py`).
 
     A re-run that finds them (same paths, rows and sizes) commits nothing; a re-landed window's files
     replace the ones the table had for it in the same snapshot, so a reader sees the old window or the new.
@@ -153,10 +158,11 @@ def commit_window(table: Table, *, window_start: datetime, window_end: datetime,
     from pyiceberg.expressions import EqualTo
 
     start, end = window_start.astimezone(UTC).isoformat(), window_end.astimezone(UTC).isoformat()
+    properties = {WINDOW_START: start, WINDOW_END: end, **(summary_properties(completeness) if completeness else {})}
     return replace_files(
         table, {f.path: (f.rows, f.bytes) for f in files},
         EqualTo("window_start", start),  # type: ignore[call-arg, arg-type]
-        {WINDOW_START: start, WINDOW_END: end},
+        properties,
     )  # fmt: skip
 
 
@@ -224,13 +230,15 @@ def window_snapshots(table: Table) -> list[dict[str, Any]]:
             "removed_rows": int(summary.get("deleted-records", 0)),
             "total_rows": int(summary.get("total-records", 0)),
             "current": current is not None and snap.snapshot_id == current.snapshot_id,
+            "completeness": record_from_summary(summary),
         })  # fmt: skip
     return rows
 
 
 def land_window(
-    settings: Settings, layout: LakeLayout, *, window_start: datetime, window_end: datetime, files: Sequence[ManifestFile]
-) -> WindowCommit | None:
+    settings: Settings, layout: LakeLayout, *, window_start: datetime, window_end: datetime, files: Sequence[ManifestFile],
+    completeness: Mapping[str, Any] | None = None,
+) -> WindowCommit | None:  # fmt: skip
     """Closing a window with `iceberg_catalog` set: its manifest files committed to the change log (None when off)."""
     if settings.iceberg_catalog == "off":
         return None
@@ -238,7 +246,10 @@ def land_window(
         catalog_properties(settings.iceberg_catalog, metadata_url=settings.metadata_url, warehouse=str(settings.output_root))
     )
     try:
-        done = commit_window(changelog_table(catalog, layout), window_start=window_start, window_end=window_end, files=files)
+        done = commit_window(
+            changelog_table(catalog, layout), window_start=window_start, window_end=window_end, files=files,
+            completeness=completeness,
+        )  # fmt: skip
     finally:
         _dispose(catalog)
     log.info(
