@@ -217,6 +217,7 @@ def plan_window(
     effective = effective_start(stream, meta.created_at, start, end)
     with _store(settings) as store:
         lineage = store.ensure_lineage(stream, settings.namespace, database=database.name)
+        store.record_retention(lineage.id, meta.retention)  # what the UI measures the headroom against
         partitions = store.partitions(lineage.id)
         if not partitions or not store.window_status(lineage.id, start, end).complete:
             check_retention(stream, effective, meta.retention, settings.namespace)
@@ -394,6 +395,7 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
     check = _transaction_check(settings, overlapping, start, end)
     summary.transaction_check = check
     if not check["ok"]:
+        store.record_failed_check(lineage_id, start, end, check)
         raise ExtractError(
             f"{stream}: window [{start.isoformat()}, {end.isoformat()}) failed the transaction check "
             f"({check['mismatched']} of {check['transactions']} transactions with a record count other than "
