@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo up test test-unit test-stores lint bench clean
+.PHONY: install demo up down test test-unit test-stores lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ demo: install
 # The Airflow UI (api-server, scheduler, dag-processor, triggerer) on the embedded stack; Ctrl-C stops it.
 up: install
 	$(BIN)/spanner-cdc up
+
+# Stops the embedded Postgres that CLI commands on a laptop start and leave running (make demo and make up stop what they start).
+down: install
+	$(BIN)/spanner-cdc down
 
 # Whole test files spread over TEST_WORKERS processes (pytest-xdist); TEST_WORKERS=0 runs them in this one.
 TEST_WORKERS ?= 2
