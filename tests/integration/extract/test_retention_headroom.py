@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 
 from spanner_cdc.devstack import workload
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
-from spanner_cdc.devstack.workload_schema import parse_timestamp
 from spanner_cdc.extract.window import run_window
 from spanner_cdc.store import MetadataStore
+from spanner_cdc.times import parse_rfc3339
 from spanner_cdc.ui.app import StoreTarget, create_app
 from tests.fixtures.monitoring import DASHBOARD, RULES, alerts_on, metrics_used, parse_exposition
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
@@ -39,7 +39,7 @@ def quiet_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSpan
 
 
 def server_now(server: LocalSpanner) -> datetime:
-    return parse_timestamp(server.control.status()["now"])
+    return parse_rfc3339(server.control.status()["now"])
 
 
 def advance(server: LocalSpanner, until: datetime) -> None:
@@ -56,8 +56,10 @@ def hour_of(value: datetime) -> datetime:
 
 def test_headroom_under_the_threshold_shows_in_metrics_the_ui_and_the_alerts_until_the_lineage_catches_up(
     quiet_server: LocalSpanner, extract_settings: Any, store: MetadataStore, pg_url: str, spark: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     server = quiet_server
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.host)
     database = create_database(server.host, PROJECT, INSTANCE, unique_database_id("h"), (), "GOOGLE_STANDARD_SQL")
     workload.setup_database(database, "GOOGLE_STANDARD_SQL", STREAM)
     workload.run_workload(database, transactions=20, seed=3, ground_truth=tmp_path / "truth.jsonl")
