@@ -30,6 +30,7 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px}
 .error{white-space:pre-wrap;max-width:520px}
 .warning{border:1px solid #e0a100;background:#fff6d6;border-radius:8px;padding:8px 12px;margin:10px 0;max-width:1100px}
 .card.warn{border-color:#e0a100;background:#fff6d6}
+.token{white-space:nowrap} .token-head{display:inline-block;max-width:8ch;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom}
 """
 
 
