@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
+from spanner_cdc.names import LIVE_NAMESPACE
 from spanner_cdc.ui.view import ONE_MICROSECOND, STATES, PartitionView, StreamView
 
 LEASED_STATES = ("SCHEDULED", "RUNNING")
@@ -73,10 +74,12 @@ class Headroom:
 
 
 def headroom(view: StreamView, now: datetime, warning_share: float) -> Headroom | None:
-    """The lineage's retention headroom (None until a plan recorded the stream's retention, or once every
-    partition finished: nothing is left to read)."""
+    """The lineage's retention headroom (None until a plan recorded the stream's retention, once every partition
+    finished, or for a backfill whose windows are all complete: nothing is left to read)."""
     retention = view.lineage.retention_period_s
     if retention is None or view.low_watermark is None:
+        return None
+    if view.lineage.namespace != LIVE_NAMESPACE and view.windows and all(w.complete for w in view.windows):
         return None
     left = retention - (now - view.low_watermark).total_seconds()
     return Headroom(float(retention), left, retention * warning_share)

@@ -150,6 +150,12 @@ def test_headroom_is_the_retention_minus_the_low_watermarks_age_and_warns_under_
     assert gone is not None and gone.seconds < 0 and gone.warning  # changes have already left the retention
     finished = _with_retention(3600, D=partition("D", State.FINISHED, T0, T0 + HOUR))
     assert headroom(finished, NOW, 0.5) is None  # nothing left to read
+    # a backfill whose windows are all complete has read its range: its standing watermark is no alarm
+    view = _with_retention(1200)
+    backfill = dataclasses.replace(view, lineage=dataclasses.replace(view.lineage, namespace="backfill_x"))
+    assert headroom(backfill, NOW, 0.5) is not None  # one of its windows is still open
+    done = dataclasses.replace(backfill, windows=tuple(dataclasses.replace(w, state="COMPLETE") for w in backfill.windows))
+    assert headroom(done, NOW, 0.5) is None
 
 
 def test_metrics_give_freshness_retention_headroom_and_its_threshold() -> None:
