@@ -154,6 +154,7 @@ def commit_window(
 
     A re-run that finds them (same paths, rows and sizes) commits nothing; a re-landed window's files
     replace the ones the table had for it in the same snapshot, so a reader sees the old window or the new.
+    A window without changes gets a snapshot that adds nothing, once: its completeness record is published too.
     """
     from pyiceberg.expressions import EqualTo
 
@@ -162,13 +163,19 @@ def commit_window(
     return replace_files(
         table, {f.path: (f.rows, f.bytes) for f in files},
         EqualTo("window_start", start),  # type: ignore[call-arg, arg-type]
-        properties,
+        properties, empty_once=(WINDOW_START, start),
     )  # fmt: skip
 
 
-def replace_files(table: Table, wanted: dict[str, tuple[int, int]], selection: Any, properties: dict[str, str]) -> WindowCommit:
+def replace_files(
+    table: Table, wanted: dict[str, tuple[int, int]], selection: Any, properties: dict[str, str],
+    empty_once: tuple[str, str] | None = None,
+) -> WindowCommit:  # fmt: skip
     """Make the data files matching `selection` (a pyiceberg row filter) exactly `wanted` ({path: (rows, bytes)}),
-    in one snapshot with `properties` in its summary, or in none when they already are (any table of the lake)."""
+    in one snapshot with `properties` in its summary, or in none when they already are (any table of the lake).
+
+    With `empty_once` = (summary key, value) and nothing wanted, a snapshot that changes no file is committed
+    unless one whose summary has that value exists (a window without changes still gets its snapshot)."""
     started = time.monotonic()
     wanted = {absolute(path): size for path, size in wanted.items()}
 
@@ -176,6 +183,8 @@ def replace_files(table: Table, wanted: dict[str, tuple[int, int]], selection: A
         table.refresh()
         held = [task.file for task in table.scan(row_filter=selection).plan_files()] if table.current_snapshot() else []
         if {f.file_path: (f.record_count, f.file_size_in_bytes) for f in held} == wanted:
+            if not wanted and empty_once is not None and not _has_snapshot(table, *empty_once):
+                return _replace(table, [], [], properties, started)
             return WindowCommit(None, 0, 0, time.monotonic() - started)
         return _replace(table, held, sorted(wanted), properties, started)
 
@@ -196,6 +205,10 @@ def _replace(table: Table, held: list[Any], paths: list[str], properties: dict[s
                 snapshot.append_data_file(new)
     current = table.current_snapshot()
     return WindowCommit(current.snapshot_id if current else None, len(data_files), len(held), time.monotonic() - started)
+
+
+def _has_snapshot(table: Table, key: str, value: str) -> bool:
+    return any(snap.summary is not None and snap.summary.additional_properties.get(key) == value for snap in table.snapshots())
 
 
 def _retrying(attempt: Callable[[], WindowCommit]) -> WindowCommit:

@@ -255,12 +255,16 @@ def test_each_windows_completeness_record_is_the_same_in_its_marker_snapshot_ass
     shown = {(s["window_start"], s["window_end"]): s["completeness"] for s in json.loads(out.read_text())["snapshots"]}
     complete = [w for w in _lineage_snapshot(stack.lineage_url, "live")["windows"] if w.state == "COMPLETE"]
     assert len(complete) >= 2
+    rows: dict[tuple[str, str], int] = {}
     for window in complete:
         key = (window.start.isoformat(), window.end.isoformat())
         marker = json.loads(Path(str(window.marker_path)).read_text())["completeness"]
         assert sorted(marker) == sorted(FIELDS) and (marker["window_start"], marker["window_end"]) == key
-        assert marker["rows"] > 0 and marker["transaction_check"] == "passed"
+        assert marker["transaction_check"] == "passed"
         assert events[key] == marker and shown[key] == marker, key
+        rows[key] = marker["rows"]
+    # the workload's two hours have changes; the hour after (its run finishes a window left open) may have none
+    assert all(rows[(s.isoformat(), e.isoformat())] > 0 for s, e in history.windows)
 
 
 def _z(value: dt.datetime) -> str:
