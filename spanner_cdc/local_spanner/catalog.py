@@ -34,7 +34,10 @@ class Engine(Protocol):
     def alter_stream(self, db: str, stream: StreamDef, tables: Mapping[str, TableInfo]) -> None: ...
     def drop_stream(self, db: str, name: str) -> None: ...
     def update_tables(self, db: str, tables: Mapping[str, TableInfo]) -> None: ...
-    def commit(self, db: str, commit_ts: datetime, transaction_id: str, tag: str, changes: Sequence[RowChange]) -> None: ...
+    def commit(
+        self, db: str, commit_ts: datetime, transaction_id: str, tag: str, changes: Sequence[RowChange], *,
+        system: bool = False, excluded: bool = False,
+    ) -> None: ...
 
 
 @dataclass
@@ -310,13 +313,18 @@ class Catalog:
 
     def commit(
         self, db: str, mutations: Iterable[Any], transaction_tag: str = "", prepared: MutationSet | None = None,
-        check: Callable[[Database], None] | None = None,
+        check: Callable[[Database], None] | None = None, *, excluded: bool = False,
     ) -> datetime:
         """Apply mutations (after a read-write transaction's DML effects, `prepared`) atomically; returns the commit
-        timestamp. Raises QueryError and changes nothing on a bad mutation or when `check` (conflicts) refuses."""
-        return self._commit_queue.run(lambda: self._commit_locked(self.database(db), mutations, transaction_tag, prepared, check))
+        timestamp. Raises QueryError and changes nothing on a bad mutation or when `check` (conflicts) refuses.
+        `excluded`: the transaction set exclude_txn_from_change_streams."""
+        return self._commit_queue.run(
+            lambda: self._commit_locked(self.database(db), mutations, transaction_tag, prepared, check, excluded=excluded)
+        )
 
-    def commit_groups(self, db: str, groups: Sequence[Iterable[Any]], transaction_tag: str = "") -> list[datetime | QueryError]:
+    def commit_groups(
+        self, db: str, groups: Sequence[Iterable[Any]], transaction_tag: str = "", *, excluded: bool = False
+    ) -> list[datetime | QueryError]:
         """Each group of mutations committed as its own transaction, in order, with one journal flush for all
         (BatchWrite); per group its commit timestamp, or the QueryError that refused it (and changed nothing)."""
 
@@ -325,7 +333,7 @@ class Catalog:
             database = self.database(db)
             for mutations in groups:
                 try:
-                    outcomes.append(self._commit_locked(database, mutations, transaction_tag, None, None))
+                    outcomes.append(self._commit_locked(database, mutations, transaction_tag, None, None, excluded=excluded))
                 except QueryError as exc:
                     outcomes.append(exc)
             return outcomes
@@ -337,7 +345,7 @@ class Catalog:
 
     def _commit_locked(
         self, database: Database, mutations: Iterable[Any], transaction_tag: str, prepared: MutationSet | None,
-        check: Callable[[Database], None] | None,
+        check: Callable[[Database], None] | None, *, excluded: bool = False, system: bool = False,
     ) -> datetime:
         assert self.clock is not None
         db = database.name
@@ -358,7 +366,9 @@ class Catalog:
             self._record({"op": "commit", "db": db, "ts": stamp,
                           "writes": [[table, list(key), row] for table, key, row in writes]})
         if self.engine is not None:
-            self.engine.commit(db, commit_ts, self._next_transaction_id(), transaction_tag, changes.changes())
+            self.engine.commit(
+                db, commit_ts, self._next_transaction_id(), transaction_tag, changes.changes(), system=system, excluded=excluded
+            )
         horizon = database.earliest_version_time(commit_ts)
         for table, key, row in writes:
             self._write_row(database, commit_ts, table, key, row, horizon)
