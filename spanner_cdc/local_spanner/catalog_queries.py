@@ -80,8 +80,8 @@ def view_rows(database: Database, view: str) -> list[dict[str, Any]]:
                     rows.append({**base, "CHANGE_STREAM_NAME": stream.name, "TABLE_NAME": table_name, "COLUMN_NAME": column_name})
     elif view == "TABLES":
         for table in schema.tables.values():
-            rows.append({**base, "TABLE_NAME": table.name, "TABLE_TYPE": "BASE TABLE", "PARENT_TABLE_NAME": None,
-                         "ON_DELETE_ACTION": None, "SPANNER_STATE": "COMMITTED"})
+            rows.append({**base, "TABLE_NAME": table.name, "TABLE_TYPE": "BASE TABLE", "PARENT_TABLE_NAME": table.parent,
+                         "ON_DELETE_ACTION": None if table.parent is None else table.on_delete, "SPANNER_STATE": "COMMITTED"})
     elif view == "COLUMNS":
         for table in schema.tables.values():
             for position, column in enumerate(table.columns, 1):

@@ -25,6 +25,7 @@ STREAM_OPTIONS = (
 MIN_RETENTION, MAX_RETENTION = timedelta(days=1), timedelta(days=30)
 MIN_VERSION_RETENTION, MAX_VERSION_RETENTION = timedelta(hours=1), timedelta(days=7)
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+CASCADE, NO_ACTION = "CASCADE", "NO ACTION"  # ON DELETE of an interleaved table; NO ACTION is Spanner's default
 
 @dataclass(frozen=True)
 class ColumnDef:
@@ -41,6 +42,8 @@ class CreateTable:
     columns: tuple[ColumnDef, ...]
     key: tuple[tuple[str, bool], ...]  # (column, descending)
     if_not_exists: bool = False
+    parent: str | None = None  # INTERLEAVE IN PARENT
+    on_delete: str = NO_ACTION
 
 
 @dataclass(frozen=True)
@@ -261,14 +264,23 @@ def _create_table(cur: Cursor) -> CreateTable:
     if not cur.postgres:
         cur.expect("PRIMARY", "KEY")
         key = _key_list(cur)
+    parent, on_delete = None, NO_ACTION
     while cur.accept_punct(",") or cur.peek.is_word("INTERLEAVE", "ROW", "TTL"):
-        if cur.peek.is_word("INTERLEAVE"):
-            raise QueryError("INVALID_ARGUMENT", "INTERLEAVE IN PARENT is not supported by the local Spanner server; use a plain table")
+        if cur.accept("INTERLEAVE", "IN"):
+            if not cur.accept("PARENT"):
+                raise QueryError("INVALID_ARGUMENT", "INTERLEAVE IN without PARENT is not supported by the local Spanner server: "
+                                                     "use INTERLEAVE IN PARENT")
+            parent = cur.identifier("a parent table name")
+            if cur.accept("ON", "DELETE"):
+                if cur.accept("CASCADE"):
+                    on_delete = CASCADE
+                else:
+                    cur.expect("NO", "ACTION")
         if cur.accept("ROW", "DELETION", "POLICY") or cur.accept("TTL", "INTERVAL"):
             raise QueryError("INVALID_ARGUMENT", "row deletion policies (TTL) are not supported by the local Spanner server")
     if not key and cur.postgres:
         raise QueryError("INVALID_ARGUMENT", f"Table {name} needs a PRIMARY KEY")
-    return CreateTable(name, tuple(columns), tuple(key), if_not_exists)
+    return CreateTable(name, tuple(columns), tuple(key), if_not_exists, parent, on_delete)
 
 
 def _key_list(cur: Cursor) -> list[tuple[str, bool]]:

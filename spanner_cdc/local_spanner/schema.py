@@ -25,6 +25,8 @@ class TableDef:
     name: str
     columns: tuple[ddl.ColumnDef, ...]
     key: tuple[tuple[str, bool], ...]  # (column, descending)
+    parent: str | None = None  # INTERLEAVE IN PARENT: its key is a prefix of this table's key
+    on_delete: str = ddl.NO_ACTION
 
     def column(self, name: str, postgres: bool) -> ddl.ColumnDef | None:
         found = self._by_name.get(name)
@@ -100,6 +102,10 @@ class Schema:
         found = self._find(self.streams, name)
         return None if found is None else self.streams[found]
 
+    def children(self, name: str) -> list[TableDef]:
+        """Tables interleaved in `name`."""
+        return [table for table in self.tables.values() if table.parent == name]
+
     def table_infos(self) -> dict[str, TableInfo]:
         return {name: table.info() for name, table in self.tables.items()}
 
@@ -156,8 +162,30 @@ class Schema:
             if key_column.type["code"] in ("ARRAY", "JSON"):
                 raise QueryError("FAILED_PRECONDITION", f"Key column {statement.name}.{name} has type {key_column.type['code']}, which cannot be a key.")
             key.append((key_column.name, descending))
-        self.tables[statement.name] = replace(table, key=tuple(key))
+        table = replace(table, key=tuple(key))
+        if statement.parent is not None:
+            table = self._interleave(table, statement.parent, statement.on_delete)
+        self.tables[statement.name] = table
         return ("tables",)
+
+    def _interleave(self, table: TableDef, parent_name: str, on_delete: str) -> TableDef:
+        """Spanner's rule: the parent exists and its primary key columns (names and types) start the child's key."""
+        parent = self.table(parent_name)
+        if parent is None:
+            raise QueryError("NOT_FOUND", f"Table {table.name} is interleaved in a table that does not exist: {parent_name}")
+        for position, (name, _) in enumerate(parent.key):
+            if position >= len(table.key) or not self._same_name(table.key[position][0], name):
+                raise QueryError("FAILED_PRECONDITION", f"Table {table.name} does not reference parent key column {parent.name}.{name}: "
+                                                        f"an interleaved table's primary key starts with its parent's ({', '.join(parent.key_names)})")
+            child_column, parent_column = table.column(table.key[position][0], self.postgres), parent.column(name, self.postgres)
+            assert child_column is not None and parent_column is not None
+            if public_type(child_column.type) != public_type(parent_column.type):
+                raise QueryError("FAILED_PRECONDITION", f"Type of {table.name}.{child_column.name} does not match the type of its parent "
+                                                        f"key column {parent.name}.{parent_column.name}")
+        return replace(table, parent=parent.name, on_delete=on_delete)
+
+    def _same_name(self, a: str, b: str) -> bool:
+        return a == b if self.postgres else a.lower() == b.lower()
 
     def _create_index(self, statement: ddl.CreateIndex) -> Effect | None:
         if self._find(self.indexes, statement.name) is not None or self._find(self.tables, statement.name) is not None:
@@ -188,6 +216,8 @@ class Schema:
         for stream in self.streams.values():
             if stream.tables is not None and found in stream.tables:
                 raise QueryError("FAILED_PRECONDITION", f"Cannot drop table {found}: it is tracked by change stream {stream.name}; alter the change stream first.")
+        for child in self.children(found):
+            raise QueryError("FAILED_PRECONDITION", f"Cannot drop table {found}: table {child.name} is interleaved in it; drop that table first.")
         for index in self.indexes.values():
             if index.table == found:
                 raise QueryError("FAILED_PRECONDITION", f"Cannot drop table {found}: index {index.name} uses it; drop the index first.")
@@ -301,10 +331,12 @@ class Schema:
                 text += " OPTIONS (" + ", ".join(f"{k} = {v}" for k, v in column.options.items()) + ")"
             lines.append(text + ",")
         key = ", ".join(self.quote(name) + (" DESC" if descending else "") for name, descending in table.key)
+        interleave = "" if table.parent is None else f" INTERLEAVE IN PARENT {self.quote(table.parent)} ON DELETE {table.on_delete}"
         if self.postgres:
             lines.append(f"  PRIMARY KEY({key})")
-            return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + "\n)"
-        return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + f"\n) PRIMARY KEY({key})"
+            return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + "\n)" + interleave
+        return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + f"\n) PRIMARY KEY({key})" + (
+            "," + interleave if interleave else "")
 
     def _stream_ddl(self, stream: StreamDef) -> str:
         text = f"CREATE CHANGE STREAM {self.quote(stream.name)}"
