@@ -36,7 +36,8 @@ VIEWS: dict[str, Columns] = {
     ],
     "COLUMNS": [
         ("TABLE_CATALOG", _STRING), ("TABLE_SCHEMA", _STRING), ("TABLE_NAME", _STRING), ("COLUMN_NAME", _STRING),
-        ("ORDINAL_POSITION", _INT64), ("IS_NULLABLE", _STRING), ("SPANNER_TYPE", _STRING),
+        ("ORDINAL_POSITION", _INT64), ("IS_NULLABLE", _STRING), ("SPANNER_TYPE", _STRING), ("IS_GENERATED", _STRING),
+        ("GENERATION_EXPRESSION", _STRING), ("IS_STORED", _STRING),
     ],
     # only the primary keys' rows (INDEX_TYPE 'PRIMARY_KEY', INDEX_NAME 'PRIMARY_KEY'): what readers ask it for
     "INDEX_COLUMNS": [
@@ -86,7 +87,9 @@ def view_rows(database: Database, view: str) -> list[dict[str, Any]]:
         for table in schema.tables.values():
             for position, column in enumerate(table.columns, 1):
                 rows.append({**base, "TABLE_NAME": table.name, "COLUMN_NAME": column.name, "ORDINAL_POSITION": str(position),
-                             "IS_NULLABLE": "NO" if column.not_null else "YES", "SPANNER_TYPE": column.sql_type})
+                             "IS_NULLABLE": "NO" if column.not_null else "YES", "SPANNER_TYPE": column.sql_type,
+                             "IS_GENERATED": "ALWAYS" if column.generated else "NEVER", "GENERATION_EXPRESSION": column.generated or None,
+                             "IS_STORED": "YES" if column.generated else None})
     elif view == "INDEX_COLUMNS":
         for table in schema.tables.values():
             for position, (name, descending) in enumerate(table.key, 1):

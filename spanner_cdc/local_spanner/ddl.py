@@ -34,6 +34,7 @@ class ColumnDef:
     not_null: bool = False
     sql_type: str = ""  # as declared, for GetDatabaseDdl
     options: dict[str, str] = field(default_factory=dict)
+    generated: str = ""  # a STORED generated column's expression, as written (without the outer parentheses)
 
 
 @dataclass(frozen=True)
@@ -314,6 +315,7 @@ def _column(cur: Cursor) -> tuple[ColumnDef, bool]:
     sql_type = cur.text[start : cur.peek.pos]
     not_null = False
     inline_key = False
+    generated = ""
     options: dict[str, str] = {}
     while True:
         if cur.accept("NOT", "NULL"):
@@ -326,12 +328,25 @@ def _column(cur: Cursor) -> tuple[ColumnDef, bool]:
         elif cur.accept("DEFAULT"):
             raise QueryError("INVALID_ARGUMENT", f"DEFAULT values (column {name}) are not supported by the local Spanner server")
         elif cur.peek.is_word("AS", "GENERATED"):
-            raise QueryError("INVALID_ARGUMENT", f"generated columns (column {name}) are not supported by the local Spanner server")
+            generated = _generation(cur, name)
         elif not cur.postgres and cur.peek.is_word("OPTIONS"):
             options = {k: v for k, v in _options(cur, stream=False).items() if v is not None}
         else:
             break
-    return ColumnDef(name, type_, not_null, sql_type.strip(), options), inline_key
+    return ColumnDef(name, type_, not_null, sql_type.strip(), options, generated), inline_key
+
+
+def _generation(cur: Cursor, column: str) -> str:
+    """GoogleSQL `AS (expr) STORED`, PostgreSQL `GENERATED ALWAYS AS (expr) STORED`: the expression's text."""
+    if cur.postgres:
+        cur.expect("GENERATED", "ALWAYS", "AS")
+    else:
+        cur.expect("AS")
+    text = cur.skip_balanced()[1:-1].strip()
+    if not cur.accept("STORED"):
+        raise QueryError("UNIMPLEMENTED", f"Non-stored generated columns (column {column}) are not supported by the local Spanner server: "
+                                          "declare it STORED")
+    return text
 
 
 def _alter_table(cur: Cursor) -> Statement:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from spanner_cdc.local_spanner import generated
 from spanner_cdc.local_spanner.ddl import CASCADE
 from spanner_cdc.local_spanner.keysets import Key, Rows, matching_keys, sorted_keys
 from spanner_cdc.local_spanner.model import QueryError, RowChange
@@ -125,6 +126,8 @@ class MutationSet:
         for name, value in given.items():
             column_name, normalized = self._value(table, name, value)
             values[column_name] = normalized
+        if table.has_generated:
+            generated.refuse_direct_writes(table.name, {c.name: c for c in table.columns}, list(values))
         missing = [name for name in table.key_names if name not in values]
         if missing:
             raise QueryError("FAILED_PRECONDITION", f"Mutation for table {table.name} is missing key column(s): {', '.join(missing)}")
@@ -142,7 +145,7 @@ class MutationSet:
         if current is None or operation == "replace":
             row = {column.name: None for column in table.columns}
             row.update(values)
-            nulls = [c.name for c in table.columns if c.not_null and row[c.name] is None]
+            nulls = [c.name for c in table.columns if c.not_null and not c.generated and row[c.name] is None]
             if nulls:
                 raise QueryError("FAILED_PRECONDITION", f"{table.name}.{nulls[0]} must not be NULL in table {table.name}.")
             if current is None and touched.before is not None:
@@ -152,6 +155,10 @@ class MutationSet:
         else:
             row = dict(current)
             row.update(values)
+        if table.has_generated:
+            computed = generated.compute(table.name, table.columns, row, set(row) if current is None or operation == "replace" else set(values),
+                                         self.schema.postgres)
+            values = {**values, **dict.fromkeys(computed)}
         touched.after = row
         touched.written.update(name for name in values if name not in table.key_names)
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
-from spanner_cdc.local_spanner import ddl
+from spanner_cdc.local_spanner import ddl, generated
 from spanner_cdc.local_spanner.model import ColumnInfo, QueryError, StreamDef, TableInfo
 from spanner_cdc.local_spanner.values import public_type
 from spanner_cdc.names import IMMUTABLE_KEY_RANGE
@@ -45,6 +45,10 @@ class TableDef:
         for column in self.columns:
             out.setdefault(column.name.lower(), column)
         return out
+
+    @cached_property
+    def has_generated(self) -> bool:
+        return any(column.generated for column in self.columns)
 
     @cached_property
     def key_names(self) -> tuple[str, ...]:
@@ -154,6 +158,7 @@ class Schema:
                 raise QueryError("FAILED_PRECONDITION", f"Duplicate column name {statement.name}.{column.name}.")
             seen.add(folded)
         table = TableDef(statement.name, statement.columns, ())
+        generated.check(statement.name, statement.columns, [name for name, _ in statement.key], self.postgres)
         key = []
         for name, descending in statement.key:
             key_column = table.column(name, self.postgres)
@@ -234,6 +239,11 @@ class Schema:
             raise QueryError("FAILED_PRECONDITION", f"Duplicate column name {table.name}.{statement.column.name}.")
         if statement.column.not_null and row_count(table.name):
             raise QueryError("FAILED_PRECONDITION", f"Cannot add NOT NULL column {table.name}.{statement.column.name} to a table that has rows.")
+        if statement.column.generated:
+            if row_count(table.name):
+                raise QueryError("UNIMPLEMENTED", f"Adding generated column {table.name}.{statement.column.name} to a table that has rows "
+                                                  "is not supported by the local Spanner server (it would backfill them)")
+            generated.check(table.name, table.columns + (statement.column,), table.key_names, self.postgres)
         self.tables[table.name] = replace(table, columns=table.columns + (statement.column,))
         return ("add_column", table.name, statement.column.name)
 
@@ -246,6 +256,9 @@ class Schema:
             raise QueryError("NOT_FOUND", f"Column not found in table {table.name}: {statement.column}")
         if column.name in table.key_names:
             raise QueryError("FAILED_PRECONDITION", f"Cannot drop key column {table.name}.{column.name}.")
+        for other in table.columns:
+            if other.generated and column.name in generated.references(table.name, table.columns, other, self.postgres):
+                raise QueryError("FAILED_PRECONDITION", f"Cannot drop column {table.name}.{column.name}: generated column {other.name} references it.")
         for stream in self.streams.values():
             tracked = None if stream.tables is None else stream.tables.get(table.name, ())
             if tracked and column.name in tracked:
@@ -327,6 +340,8 @@ class Schema:
             text = f"  {self.quote(column.name)} {column.sql_type}"
             if column.not_null:
                 text += " NOT NULL"
+            if column.generated:
+                text += f" GENERATED ALWAYS AS ({column.generated}) STORED" if self.postgres else f" AS ({column.generated}) STORED"
             if column.options:
                 text += " OPTIONS (" + ", ".join(f"{k} = {v}" for k, v in column.options.items()) + ")"
             lines.append(text + ",")
