@@ -11,7 +11,7 @@ import msgspec
 from sqlalchemy.engine import Connection, Row
 
 from spanner_cdc.lineage import rules
-from spanner_cdc.source.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
+from spanner_cdc.model.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
 from spanner_cdc.store.base import StoreBase, utc_required
 from spanner_cdc.store.batch_sql import LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
 from spanner_cdc.store.models import BatchResult, Claim, Completion, LeaseLost

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection
 
 from spanner_cdc.errors import NotFound, StoreError, setting
 from spanner_cdc.lineage import rules
-from spanner_cdc.source.records import ChildPartition
+from spanner_cdc.model.records import ChildPartition
 from spanner_cdc.store.base import (
     LINEAGE_COLUMNS,
     PARTITION_COLUMNS,

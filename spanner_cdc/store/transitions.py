@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from spanner_cdc.lineage import rules
-from spanner_cdc.source.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
+from spanner_cdc.model.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
 from spanner_cdc.store.base import utc, utc_required
 from spanner_cdc.store.batches import BatchTransitions, lease_lost
 from spanner_cdc.store.liveness import Liveness

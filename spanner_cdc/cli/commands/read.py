@@ -13,8 +13,8 @@ from typing import TextIO
 
 from spanner_cdc.cli.commands._flags import add_dialect_flag, add_spanner_flags, int_or_text
 from spanner_cdc.errors import ConfigError, RetentionError, UsageError
-from spanner_cdc.source.record_json import record_to_json
-from spanner_cdc.source.records import (
+from spanner_cdc.model.record_json import record_to_json
+from spanner_cdc.model.records import (
     ChangeRecord,
     ChildPartitionsRecord,
     DataChangeRecord,

@@ -13,7 +13,7 @@ import pytest
 from spanner_cdc.devstack import workload
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME, comparable, parse_timestamp
-from spanner_cdc.source.record_json import rfc3339
+from spanner_cdc.model.record_json import rfc3339
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.reader.lineage_checks import check_lineage, read_all
 
