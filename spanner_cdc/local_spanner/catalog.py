@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from spanner_cdc.local_spanner import ddl
+from spanner_cdc.local_spanner import ddl, ttl
 from spanner_cdc.local_spanner.clock import ServerClock
 from spanner_cdc.local_spanner.group_commit import CommitQueue
 from spanner_cdc.local_spanner.keysets import Rows
@@ -374,6 +374,33 @@ class Catalog:
             self._write_row(database, commit_ts, table, key, row, horizon)
         self._saw(commit_ts)
         return commit_ts
+
+    def delete_expired(self, now: datetime) -> int:
+        """Run every row deletion policy once at `now`: per table with expired rows, one system transaction deletes
+        them (with their cascades); returns the number of expired rows deleted."""
+        deleted = 0
+        for database in list(self.databases.values()):
+            for name in [t.name for t in database.schema.tables.values() if t.ttl is not None]:
+                deleted += self._commit_queue.run(lambda database=database, name=name: self._expire(database, name, now))  # type: ignore[misc]
+        return deleted
+
+    def _expire(self, database: Database, name: str, now: datetime) -> int:
+        table = database.schema.table(name)
+        if self.databases.get(database.name) is not database or table is None:
+            return 0  # dropped since the sweep began
+        keys = ttl.expired_keys(table, database.data.get(name, {}), now)
+        changes = MutationSet(database.schema, database.data)
+        count = 0
+        for key in keys:
+            saved = changes.savepoint()
+            try:
+                changes.delete(table, key)
+                count += 1
+            except QueryError:  # ON DELETE NO ACTION children: the row stays until they are gone
+                changes.restore(saved)
+        if count:
+            self._commit_locked(database, [], "", changes, None, system=True)
+        return count
 
     def databases_of(self, instance: str) -> Iterator[Database]:
         prefix = instance + "/databases/"

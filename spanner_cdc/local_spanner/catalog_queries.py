@@ -8,7 +8,7 @@ from typing import Any
 
 from spanner_cdc.local_spanner.catalog import Database
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.schema import DEFAULT_RETENTION_TEXT
+from spanner_cdc.local_spanner.schema import DEFAULT_RETENTION_TEXT, ttl_expression
 from spanner_cdc.local_spanner.sql import Arg, ChangeStreamQuery
 from spanner_cdc.local_spanner.values import parse_timestamp
 
@@ -33,6 +33,7 @@ VIEWS: dict[str, Columns] = {
     "TABLES": [
         ("TABLE_CATALOG", _STRING), ("TABLE_SCHEMA", _STRING), ("TABLE_NAME", _STRING), ("TABLE_TYPE", _STRING),
         ("PARENT_TABLE_NAME", _STRING), ("ON_DELETE_ACTION", _STRING), ("SPANNER_STATE", _STRING),
+        ("ROW_DELETION_POLICY_EXPRESSION", _STRING),
     ],
     "COLUMNS": [
         ("TABLE_CATALOG", _STRING), ("TABLE_SCHEMA", _STRING), ("TABLE_NAME", _STRING), ("COLUMN_NAME", _STRING),
@@ -82,7 +83,8 @@ def view_rows(database: Database, view: str) -> list[dict[str, Any]]:
     elif view == "TABLES":
         for table in schema.tables.values():
             rows.append({**base, "TABLE_NAME": table.name, "TABLE_TYPE": "BASE TABLE", "PARENT_TABLE_NAME": table.parent,
-                         "ON_DELETE_ACTION": None if table.parent is None else table.on_delete, "SPANNER_STATE": "COMMITTED"})
+                         "ON_DELETE_ACTION": None if table.parent is None else table.on_delete, "SPANNER_STATE": "COMMITTED",
+                         "ROW_DELETION_POLICY_EXPRESSION": None if table.ttl is None else ttl_expression(table.ttl)})
     elif view == "COLUMNS":
         for table in schema.tables.values():
             for position, column in enumerate(table.columns, 1):

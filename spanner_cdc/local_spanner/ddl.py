@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,24 @@ class CreateTable:
     if_not_exists: bool = False
     parent: str | None = None  # INTERLEAVE IN PARENT
     on_delete: str = NO_ACTION
+    ttl: Ttl | None = None  # ROW DELETION POLICY / TTL INTERVAL
+
+
+@dataclass(frozen=True)
+class Ttl:
+    """A row deletion policy: a row expires `days` days after the TIMESTAMP in `column` (never while it is NULL)."""
+
+    column: str
+    days: int
+
+
+@dataclass(frozen=True)
+class SetTtl:
+    """ALTER TABLE: ADD / REPLACE / DROP ROW DELETION POLICY, PostgreSQL's ADD / ALTER / DROP TTL."""
+
+    table: str
+    ttl: Ttl | None  # None: drop it
+    action: str  # "add", "replace" or "drop"
 
 
 @dataclass(frozen=True)
@@ -117,7 +136,7 @@ class AlterDatabase:
 
 Statement = (
     CreateTable | DropTable | AddColumn | DropColumn | CreateIndex | DropIndex | CreateChangeStream | AlterChangeStream
-    | DropChangeStream | AlterDatabase
+    | DropChangeStream | AlterDatabase | SetTtl
 )
 
 
@@ -265,7 +284,7 @@ def _create_table(cur: Cursor) -> CreateTable:
     if not cur.postgres:
         cur.expect("PRIMARY", "KEY")
         key = _key_list(cur)
-    parent, on_delete = None, NO_ACTION
+    parent, on_delete, ttl = None, NO_ACTION, None
     while cur.accept_punct(",") or cur.peek.is_word("INTERLEAVE", "ROW", "TTL"):
         if cur.accept("INTERLEAVE", "IN"):
             if not cur.accept("PARENT"):
@@ -277,11 +296,41 @@ def _create_table(cur: Cursor) -> CreateTable:
                     on_delete = CASCADE
                 else:
                     cur.expect("NO", "ACTION")
-        if cur.accept("ROW", "DELETION", "POLICY") or cur.accept("TTL", "INTERVAL"):
-            raise QueryError("INVALID_ARGUMENT", "row deletion policies (TTL) are not supported by the local Spanner server")
+        if cur.peek.is_word("ROW", "TTL"):
+            ttl = _ttl(cur)
     if not key and cur.postgres:
         raise QueryError("INVALID_ARGUMENT", f"Table {name} needs a PRIMARY KEY")
-    return CreateTable(name, tuple(columns), tuple(key), if_not_exists, parent, on_delete)
+    return CreateTable(name, tuple(columns), tuple(key), if_not_exists, parent, on_delete, ttl)
+
+
+def _ttl(cur: Cursor) -> Ttl:
+    """GoogleSQL `ROW DELETION POLICY (OLDER_THAN(col, INTERVAL n DAY))`, PostgreSQL `TTL INTERVAL 'n days' ON col`."""
+    if cur.postgres:
+        cur.expect("TTL", "INTERVAL")
+        text = cur.string("an interval such as '5 days'")
+        cur.expect("ON")
+        column = cur.identifier("a timestamptz column")
+        match = re.fullmatch(r"\s*(\d+)\s*(days?)\s*", text, re.IGNORECASE)
+        if match is None:
+            raise QueryError("INVALID_ARGUMENT", f"Invalid TTL interval {text!r}: expected a whole number of days, such as '5 days'")
+        return Ttl(column, int(match.group(1)))
+    cur.expect("ROW", "DELETION", "POLICY")
+    cur.expect_punct("(")
+    if cur.identifier("OLDER_THAN").upper() != "OLDER_THAN":
+        cur.index -= 1
+        raise cur.error("OLDER_THAN")
+    cur.expect_punct("(")
+    column = cur.identifier("a TIMESTAMP column")
+    cur.expect_punct(",")
+    cur.expect("INTERVAL")
+    days = cur.next()
+    if days.kind != "number" or not days.text.isdigit():
+        cur.index -= 1
+        raise cur.error("a whole number of days")
+    cur.expect("DAY")
+    cur.expect_punct(")")
+    cur.expect_punct(")")
+    return Ttl(column, int(days.text))
 
 
 def _key_list(cur: Cursor) -> list[tuple[str, bool]]:
@@ -351,6 +400,11 @@ def _generation(cur: Cursor, column: str) -> str:
 
 def _alter_table(cur: Cursor) -> Statement:
     table = cur.identifier("a table name")
+    if cur.peek.is_word("ADD", "REPLACE", "ALTER") and cur.tokens[cur.index + 1].is_word("ROW", "TTL"):
+        action = "add" if cur.next().is_word("ADD") else "replace"
+        return SetTtl(table, _ttl(cur), action)
+    if cur.accept("DROP", "ROW", "DELETION", "POLICY") or (cur.postgres and cur.accept("DROP", "TTL")):
+        return SetTtl(table, None, "drop")
     if cur.accept("ADD"):
         cur.accept("COLUMN")
         if_not_exists = cur.accept("IF", "NOT", "EXISTS")
@@ -361,7 +415,7 @@ def _alter_table(cur: Cursor) -> Statement:
     if cur.accept("DROP"):
         cur.accept("COLUMN")
         return DropColumn(table, cur.identifier("a column name"))
-    raise cur.error("ADD COLUMN or DROP COLUMN")
+    raise cur.error("ADD COLUMN, DROP COLUMN or a row deletion policy change")
 
 
 def _for_clause(cur: Cursor) -> StreamTables:

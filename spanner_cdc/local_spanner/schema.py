@@ -27,6 +27,7 @@ class TableDef:
     key: tuple[tuple[str, bool], ...]  # (column, descending)
     parent: str | None = None  # INTERLEAVE IN PARENT: its key is a prefix of this table's key
     on_delete: str = ddl.NO_ACTION
+    ttl: ddl.Ttl | None = None  # row deletion policy
 
     def column(self, name: str, postgres: bool) -> ddl.ColumnDef | None:
         found = self._by_name.get(name)
@@ -125,6 +126,8 @@ class Schema:
             return self._drop_column(statement)
         if isinstance(statement, ddl.CreateIndex):
             return self._create_index(statement)
+        if isinstance(statement, ddl.SetTtl):
+            return self._set_ttl(statement)
         if isinstance(statement, ddl.AlterDatabase):
             self.version_retention = statement.version_retention
             return None
@@ -168,6 +171,8 @@ class Schema:
                 raise QueryError("FAILED_PRECONDITION", f"Key column {statement.name}.{name} has type {key_column.type['code']}, which cannot be a key.")
             key.append((key_column.name, descending))
         table = replace(table, key=tuple(key))
+        if statement.ttl is not None:
+            table = replace(table, ttl=self._checked_ttl(table, statement.ttl))
         if statement.parent is not None:
             table = self._interleave(table, statement.parent, statement.on_delete)
         self.tables[statement.name] = table
@@ -188,6 +193,27 @@ class Schema:
                 raise QueryError("FAILED_PRECONDITION", f"Type of {table.name}.{child_column.name} does not match the type of its parent "
                                                         f"key column {parent.name}.{parent_column.name}")
         return replace(table, parent=parent.name, on_delete=on_delete)
+
+    def _checked_ttl(self, table: TableDef, ttl: ddl.Ttl) -> ddl.Ttl:
+        column = table.column(ttl.column, self.postgres)
+        if column is None:
+            raise QueryError("NOT_FOUND", f"Row deletion policy of table {table.name} names a column that does not exist: {ttl.column}")
+        if column.type["code"] != "TIMESTAMP":
+            raise QueryError("FAILED_PRECONDITION", f"Row deletion policy of table {table.name}: column {column.name} must be a TIMESTAMP "
+                                                    f"(it is {column.sql_type})")
+        return replace(ttl, column=column.name)
+
+    def _set_ttl(self, statement: ddl.SetTtl) -> Effect | None:
+        table = self.table(statement.table)
+        if table is None:
+            raise QueryError("NOT_FOUND", f"Table not found: {statement.table}")
+        if statement.action == "add" and table.ttl is not None:
+            raise QueryError("FAILED_PRECONDITION", f"Table {table.name} already has a row deletion policy; replace it instead.")
+        if statement.action != "add" and table.ttl is None:
+            raise QueryError("FAILED_PRECONDITION", f"Table {table.name} has no row deletion policy.")
+        ttl = None if statement.ttl is None else self._checked_ttl(table, statement.ttl)
+        self.tables[table.name] = replace(table, ttl=ttl)
+        return None
 
     def _same_name(self, a: str, b: str) -> bool:
         return a == b if self.postgres else a.lower() == b.lower()
@@ -256,6 +282,8 @@ class Schema:
             raise QueryError("NOT_FOUND", f"Column not found in table {table.name}: {statement.column}")
         if column.name in table.key_names:
             raise QueryError("FAILED_PRECONDITION", f"Cannot drop key column {table.name}.{column.name}.")
+        if table.ttl is not None and table.ttl.column == column.name:
+            raise QueryError("FAILED_PRECONDITION", f"Cannot drop column {table.name}.{column.name}: the table's row deletion policy uses it.")
         for other in table.columns:
             if other.generated and column.name in generated.references(table.name, table.columns, other, self.postgres):
                 raise QueryError("FAILED_PRECONDITION", f"Cannot drop column {table.name}.{column.name}: generated column {other.name} references it.")
@@ -349,9 +377,11 @@ class Schema:
         interleave = "" if table.parent is None else f" INTERLEAVE IN PARENT {self.quote(table.parent)} ON DELETE {table.on_delete}"
         if self.postgres:
             lines.append(f"  PRIMARY KEY({key})")
-            return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + "\n)" + interleave
+            ttl = "" if table.ttl is None else f" TTL INTERVAL '{table.ttl.days} days' ON {self.quote(table.ttl.column)}"
+            return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + "\n)" + interleave + ttl
+        ttl = "" if table.ttl is None else f", ROW DELETION POLICY ({ttl_expression(table.ttl, self.quote)})"
         return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + f"\n) PRIMARY KEY({key})" + (
-            "," + interleave if interleave else "")
+            "," + interleave if interleave else "") + ttl
 
     def _stream_ddl(self, stream: StreamDef) -> str:
         text = f"CREATE CHANGE STREAM {self.quote(stream.name)}"
@@ -366,6 +396,10 @@ class Schema:
             values = ", ".join(f"{k} = {v if v in ('true', 'false') else repr(v)}" for k, v in stream.options.items())
             text += f" WITH ({values})" if self.postgres else f" OPTIONS ({values})"
         return text
+
+
+def ttl_expression(ttl: ddl.Ttl, quote: Callable[[str], str] = str) -> str:
+    return f"OLDER_THAN({quote(ttl.column)}, INTERVAL {ttl.days} DAY)"
 
 
 def stream_def(name: str, tables: Mapping[str, tuple[str, ...] | None] | None, options: dict[str, str], created_at: datetime | None) -> StreamDef:
