@@ -6,6 +6,7 @@ import itertools
 import logging
 import secrets
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -68,6 +69,20 @@ class Database:
     data: dict[str, Rows] = field(default_factory=dict)  # the current rows: the newest of `versions`
     operations: list[DdlOperation] = field(default_factory=list)
     versions: Versions = field(default_factory=Versions)
+    # the schema in force from each DDL statement's timestamp on, oldest first: reads at a timestamp use theirs
+    schemas: list[tuple[datetime, Schema]] = field(default_factory=list)
+    last_ddl: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not self.schemas:
+            self.schemas.append((self.create_time, self.schema))
+
+    def schema_at(self, timestamp: datetime | None) -> Schema:
+        """The schema a read at `timestamp` uses (None: now)."""
+        if timestamp is None or (self.last_ddl is not None and timestamp >= self.last_ddl):
+            return self.schema
+        index = bisect_right(self.schemas, timestamp, key=lambda entry: entry[0])
+        return self.schemas[max(index - 1, 0)][1]
 
     @property
     def version_retention(self) -> timedelta:
@@ -82,7 +97,8 @@ class Database:
         if timestamp is None:
             return self.data.get(table, {})
         last = self.versions.last_commit(table)
-        if last is None or last <= timestamp:
+        # the current rows answer unless a commit or a schema change (a dropped column) came after `timestamp`
+        if (last is None or last <= timestamp) and (self.last_ddl is None or self.last_ddl <= timestamp):
             return self.data.get(table, {})
         return self.versions.rows_at(table, timestamp)
 
@@ -245,19 +261,27 @@ class Catalog:
 
     def _plan_ddl(
         self, database: Database, statements: Sequence[str], timestamps: Sequence[datetime]
-    ) -> tuple[Schema, list[tuple[Effect | None, dict[str, TableInfo]]]]:
-        """The new schema and each statement's effect (with the tables after it); raises QueryError, changing nothing."""
+    ) -> tuple[Schema, list[tuple[Effect | None, dict[str, TableInfo], Schema]]]:
+        """The new schema and each statement's effect (with the tables and the schema after it); raises QueryError,
+        changing nothing."""
         schema = database.schema.copy()
         planned = []
         for text, timestamp in zip(statements, timestamps, strict=True):
             effect = schema.apply(ddl.parse(text, database.postgres), timestamp, lambda t: len(database.data.get(t, {})))
-            planned.append((effect, schema.table_infos()))
+            planned.append((effect, schema.table_infos(), schema.copy()))
         return schema, planned
 
     def _apply_ddl(self, database: Database, statements: Sequence[str], timestamps: Sequence[datetime], name: str, call_engine: bool) -> DdlOperation:
         schema, planned = self._plan_ddl(database, statements, timestamps)
         database.schema = schema
-        for (effect, tables), timestamp in zip(planned, timestamps, strict=True):
+        for (_, _, version), timestamp in zip(planned, timestamps, strict=True):
+            database.schemas.append((timestamp, version))
+            database.last_ddl = timestamp
+        if self.clock is not None:  # schemas no read can use any more: older than the version retention
+            horizon = database.earliest_version_time(self.clock.now())
+            while len(database.schemas) > 1 and database.schemas[1][0] <= horizon:
+                del database.schemas[0]
+        for (effect, tables, _), timestamp in zip(planned, timestamps, strict=True):
             self._saw(timestamp)
             if effect is None:
                 if call_engine:
@@ -266,13 +290,15 @@ class Catalog:
             kind = effect[0]
             if kind == "drop_table":
                 database.data.pop(effect[1], None)
-                database.versions.drop_table(effect[1])
-            elif kind == "add_column":
-                for row in database.data.get(effect[1], {}).values():
-                    row[effect[2]] = None
-            elif kind == "drop_column":
-                for row in database.data.get(effect[1], {}).values():
-                    row.pop(effect[2], None)
+                database.versions.drop_table(effect[1], timestamp)
+            elif kind == "add_column":  # new row objects, as for a drop: older versions stay as they were
+                rows = database.data.get(effect[1], {})
+                for key, row in rows.items():
+                    rows[key] = {**row, effect[2]: None}
+            elif kind == "drop_column":  # new row objects: the versions before the DROP keep the column's values
+                rows = database.data.get(effect[1], {})
+                for key, row in rows.items():
+                    rows[key] = {name: value for name, value in row.items() if name != effect[2]}
             if call_engine and self.engine is not None:
                 self._engine_effect(database.name, effect, tables)
                 self._pass_time(database.name, [timestamp])

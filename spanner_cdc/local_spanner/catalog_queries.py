@@ -8,7 +8,7 @@ from typing import Any
 
 from spanner_cdc.local_spanner.catalog import Database
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.schema import DEFAULT_RETENTION_TEXT, ttl_expression
+from spanner_cdc.local_spanner.schema import DEFAULT_RETENTION_TEXT, Schema, ttl_expression
 from spanner_cdc.local_spanner.sql import Arg, ChangeStreamQuery
 from spanner_cdc.local_spanner.values import parse_timestamp
 
@@ -56,10 +56,11 @@ def argument(arg: Arg, params: Mapping[str, Any]) -> Any:
     return params[arg.param]
 
 
-def view_rows(database: Database, view: str) -> list[dict[str, Any]]:
+def view_rows(database: Database, view: str, schema: Schema | None = None) -> list[dict[str, Any]]:
+    """An INFORMATION_SCHEMA view's rows for `schema` (the one in force at the read's timestamp; default: now)."""
     schema_name = "public" if database.postgres else ""
     base = {"CHANGE_STREAM_CATALOG": "", "CHANGE_STREAM_SCHEMA": schema_name, "TABLE_CATALOG": "", "TABLE_SCHEMA": schema_name}
-    schema = database.schema
+    schema = schema or database.schema
     rows: list[dict[str, Any]] = []
     if view == "CHANGE_STREAMS":
         for stream in schema.streams.values():

@@ -13,6 +13,7 @@ from spanner_cdc.local_spanner.values import format_timestamp
 if TYPE_CHECKING:
     from spanner_cdc.local_spanner.catalog import Database
     from spanner_cdc.local_spanner.mutations import MutationSet
+    from spanner_cdc.local_spanner.schema import Schema
 
 NEVER = datetime.min.replace(tzinfo=UTC)
 READ_ONLY, READ_WRITE, PARTITIONED_DML = "read_only", "read_write", "partitioned_dml"
@@ -115,6 +116,11 @@ class ReadView:
     timestamp: datetime | None = None
     transaction: Transaction | None = None
     seen: datetime | None = None
+
+    @property
+    def schema(self) -> Schema:
+        """The schema in force at the view's timestamp (a stale read sees the tables and columns of its time)."""
+        return self.database.schema_at(self.timestamp)
 
     def rows(self, table: str) -> Any:
         transaction = self.transaction
