@@ -4,7 +4,7 @@ record from checked values, RFC 3339 timestamps, and the errors a malformed row 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from google.cloud.spanner_v1.data_types import JsonObject
@@ -18,6 +18,7 @@ from spanner_cdc.model.records import (
     DataChangeRecord,
     Mod,
 )
+from spanner_cdc.times import parse_rfc3339
 
 RowMapper = Callable[[Sequence[Any]], list[ChangeRecord]]
 
@@ -120,16 +121,11 @@ def as_timestamp(value: Any, name: str) -> datetime:
 
 
 def parse_timestamp(value: Any, name: str) -> datetime:
-    """RFC 3339 text (PostgreSQL dialect) -> aware UTC datetime; nanoseconds are truncated to µs."""
-    if type(value) is not str or len(value) < 20 or value[10] != "T":
-        raise Malformed(f"{name} is not an RFC 3339 timestamp")
+    """RFC 3339 text (PostgreSQL dialect) -> aware UTC datetime (times.parse_rfc3339); nanoseconds are truncated to µs."""
     try:
-        parsed = datetime.fromisoformat(value)
+        return parse_rfc3339(value)
     except ValueError:
         raise Malformed(f"{name} is not an RFC 3339 timestamp") from None
-    if parsed.tzinfo is None:
-        raise Malformed(f"{name} has no time zone")
-    return parsed if value[-1] == "Z" else parsed.astimezone(UTC)
 
 
 def build_data_change(
