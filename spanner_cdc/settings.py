@@ -33,6 +33,18 @@ def _int_between(low: int, high: int) -> Callable[[str, Any], int]:
     return parse
 
 
+def _fraction(name: str, value: Any) -> float:
+    """A share of a whole, in (0, 1]: 0.5 or 50%."""
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ConfigError(name, value, "a fraction in (0, 1] such as 0.5, or a percentage such as 50%") from None
+    if isinstance(value, bool) or not 0 < number <= 1:
+        raise ConfigError(name, value, "a fraction in (0, 1] such as 0.5, or a percentage such as 50%")
+    return number
+
+
 def env_int(name: str, default: int, low: int, high: int) -> int:
     """An integer setting of the environment variable `name` (unset or empty: `default`), in [low, high]."""
     raw = os.environ.get(name)
@@ -177,6 +189,9 @@ class Settings:
     home: Path = field(default=Path(".local"), metadata=_meta(_path, "where embedded services keep their data"))
     emulator_host: str | None = field(
         default=None, metadata=_meta(_optional_text, "host:port of an emulator or the local server")
+    )
+    headroom_warning: float = field(
+        default=0.5, metadata=_meta(_fraction, "the UI warns when a lineage's retention headroom falls under this share of the stream's retention_period")
     )
     streams: Mapping[str, Any] = field(default_factory=dict, metadata={"parse": None, "help": "[streams.*] tables"})
 
