@@ -427,6 +427,7 @@ def ensure_source_registered(session: SparkSession) -> None:
     from spanner_cdc.spark.datasource import SpannerChangeStreamDataSource
     from spanner_cdc.spark.snapshot_job import SpannerSnapshotDataSource
     from spanner_cdc.spark.state_job import StateDataSource
+    from spanner_cdc.spark.verify_job import VerifyDataSource
 
     with _lock:
         if id(session) in _registered:
@@ -434,6 +435,7 @@ def ensure_source_registered(session: SparkSession) -> None:
         session.dataSource.register(SpannerChangeStreamDataSource)
         session.dataSource.register(SpannerSnapshotDataSource)
         session.dataSource.register(StateDataSource)
+        session.dataSource.register(VerifyDataSource)
         _registered.add(id(session))
 
 

@@ -27,7 +27,8 @@ PARTITION_SELECT = PARTITION_COLUMNS + """,
 FROM cdc_partitions p
 """
 WINDOW_COLUMNS = (
-    "lineage_id, window_start, window_end, state, records, files, transaction_check, marker_path, opened_at, closed_at"
+    "lineage_id, window_start, window_end, state, records, files, transaction_check, marker_path, opened_at, closed_at, "
+    "verify"
 )
 MANIFEST_COLUMNS = "path, token, range_start, range_end, window_start, window_end, rows, bytes, table_name"
 
@@ -65,6 +66,9 @@ def window_from(row: Row[Any]) -> WindowRow:
     check = row.transaction_check
     if isinstance(check, str):
         check = json.loads(check)
+    verify = row.verify
+    if isinstance(verify, str):
+        verify = json.loads(verify)
     return WindowRow(
         lineage_id=row.lineage_id,
         start=utc(row.window_start),
@@ -76,6 +80,7 @@ def window_from(row: Row[Any]) -> WindowRow:
         marker_path=row.marker_path,
         opened_at=utc(row.opened_at),
         closed_at=utc_or_none(row.closed_at),
+        verify=verify,
     )
 
 

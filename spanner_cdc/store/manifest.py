@@ -42,6 +42,10 @@ RECORD_FAILED_CHECK = sa.text(
     "UPDATE cdc_windows SET transaction_check = CAST(:check AS jsonb) "
     "WHERE lineage_id = :lineage_id AND window_start = :start AND window_end = :end AND state = 'OPEN'"
 )
+RECORD_VERIFY = sa.text(
+    "UPDATE cdc_windows SET verify = CAST(:verify AS jsonb) "
+    "WHERE lineage_id = :lineage_id AND window_start = :start AND window_end = :end AND state = 'COMPLETE'"
+)
 CLOSE_WINDOW = sa.text(
     f"""
     INSERT INTO cdc_windows (lineage_id, window_start, window_end, state, records, files, transaction_check,
@@ -177,6 +181,14 @@ class WindowQueries(StoreBase):
             return window_from(row)
 
         return self._db.transaction(body)
+
+    def record_verify(self, lineage_id: int, start: datetime, end: datetime, result: Mapping[str, Any]) -> None:
+        """Keep `spanner-cdc verify`'s result with the closed window [start, end) (replacing an earlier one)."""
+        _check_bounds(start, end)
+        params = {"lineage_id": lineage_id, "start": start, "end": end, "verify": json.dumps(dict(result), sort_keys=True)}
+        updated = self._db.transaction(lambda conn: conn.execute(RECORD_VERIFY, params).rowcount)
+        if not updated:
+            raise StoreError(f"lineage {lineage_id} has no closed window [{start.isoformat()}, {end.isoformat()}) to keep a verify result with")
 
     def windows(self, lineage_id: int) -> list[WindowRow]:
         def body(conn: Connection) -> list[WindowRow]:

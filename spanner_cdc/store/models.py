@@ -150,6 +150,7 @@ class WindowRow:
     marker_path: str | None
     opened_at: datetime
     closed_at: datetime | None
+    verify: Mapping[str, Any] | None = None  # the last `spanner-cdc verify` of the window (None: never verified)
 
 
 @dataclass(frozen=True, slots=True)

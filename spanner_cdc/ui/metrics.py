@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+from spanner_cdc.times import parse_rfc3339
 from spanner_cdc.ui.health import freshness_seconds, headroom, state_counts, stuck
 from spanner_cdc.ui.view import StreamView
 
@@ -30,6 +31,12 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "spanner_cdc_failed_window_checks": ("gauge", "Open windows whose last transaction check failed (they are not closed)."),
     "spanner_cdc_freshness_seconds": ("gauge", "Seconds between now and the end of the newest complete window."),
     "spanner_cdc_retention_period_seconds": ("gauge", "The change stream's retention_period, as the lineage's last plan read it."),
+    "spanner_cdc_verify_mismatches": (
+        "gauge", "Mismatches `spanner-cdc verify` found in the newest window it verified (state rows and change log rows)."
+    ),
+    "spanner_cdc_verify_rows_compared": ("gauge", "Rows `spanner-cdc verify` compared in the newest window it verified."),
+    "spanner_cdc_verify_window_end_timestamp_seconds": ("gauge", "End of the newest window `spanner-cdc verify` verified."),
+    "spanner_cdc_verify_timestamp_seconds": ("gauge", "When the newest verified window was verified (Spanner's clock)."),
     "spanner_cdc_retention_headroom_seconds": (
         "gauge",
         "retention_period minus the age of the low watermark: below 0, unread changes have left the stream's retention.",
@@ -90,6 +97,15 @@ def render_metrics(views: Iterable[StreamView], now: datetime, headroom_warning:
         if room is not None:
             add("spanner_cdc_retention_headroom_seconds", room.seconds, **ids)
             add("spanner_cdc_retention_headroom_threshold_seconds", room.threshold_seconds, **ids)
+        verified = [w for w in view.windows if w.verify]
+        if verified:
+            last = max(verified, key=lambda w: w.end)
+            result = last.verify or {}
+            add("spanner_cdc_verify_mismatches", int(result.get("mismatches", 0)), **ids)
+            add("spanner_cdc_verify_rows_compared", int(result.get("rows_compared", 0)), **ids)
+            add("spanner_cdc_verify_window_end_timestamp_seconds", last.end.timestamp(), **ids)
+            if result.get("verified_at"):
+                add("spanner_cdc_verify_timestamp_seconds", parse_rfc3339(str(result["verified_at"])).timestamp(), **ids)
     lines: list[str] = []
     for name, (kind, help_text) in FAMILIES.items():
         if samples[name]:

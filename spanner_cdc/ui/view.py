@@ -47,6 +47,7 @@ class WindowView:
     transaction_check: Mapping[str, Any] | None = None
     opened_at: datetime | None = None
     completed_at: datetime | None = None
+    verify: Mapping[str, Any] | None = None  # the last `spanner-cdc verify` of the window
 
     @property
     def complete(self) -> bool:
@@ -139,6 +140,7 @@ def window_view(row: Any) -> WindowView:
         transaction_check=row.transaction_check,
         opened_at=row.opened_at,
         completed_at=row.closed_at,
+        verify=getattr(row, "verify", None),
     )
 
 
