@@ -63,7 +63,7 @@ def closed_window(store: MetadataStore, lineage: Lineage, window_end: datetime |
     newest = ", ".join(_z(w.end) for w in sorted(closed, key=lambda w: w.end)[-3:]) or "none yet"
     what = f"is still {found.state}" if found is not None else "is not a window of the lineage"
     raise UsageError(
-        f"{setting('window-end')} {_z(window_end)}: the window ending then {what}; only a closed window can be "
+        f"{setting('window_end')} {_z(window_end)}: the window ending then {what}; only a closed window can be "
         f"verified (lineage {lineage.name}'s newest closed windows end at {newest})"
     )
 

@@ -89,6 +89,6 @@ def handle(args: argparse.Namespace) -> int:
         print("\n".join(result.lines()))
     if result.ok:
         return 0
-    print(f"verify: {result.mismatches} mismatches in window [{result.window_start}, {result.window_end}) of "
+    print(f"verify: mismatches found ({result.mismatches}) in window [{result.window_start}, {result.window_end}) of "
           f"{result.stream}/{result.namespace}", file=sys.stderr)  # fmt: skip
     return 1

@@ -1,0 +1,162 @@
+"""`spanner-cdc verify`: a clean lake verifies clean; a state row corrupted behind the pipeline's back and a change-log
+file deleted are reported (that key / those rows, which window), with a non-zero exit; bad input names the field."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from google.cloud import spanner
+
+from spanner_cdc.cli.main import main
+from spanner_cdc.extract.current_state import state_catalog, update_current_state
+from spanner_cdc.extract.snapshot import run_snapshot
+from spanner_cdc.extract.verify import run_verify
+from spanner_cdc.extract.window import run_window
+from spanner_cdc.lake.layout import LakeLayout
+from spanner_cdc.lake.state_table import snapshot_at, state_identifier
+from spanner_cdc.settings import subprocess_env
+from spanner_cdc.store import MetadataStore
+from spanner_cdc.ui.metrics import render_metrics
+from spanner_cdc.ui.view import load_stream
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(120)]
+STREAM = "verified"
+DDL = [
+    "CREATE TABLE Accounts (Id INT64 NOT NULL, Owner STRING(MAX), Balance INT64, Opened TIMESTAMP) PRIMARY KEY (Id)",
+    f"CREATE CHANGE STREAM {STREAM} FOR ALL",
+]
+COLUMNS = ["Id", "Owner", "Balance", "Opened"]
+
+
+def z(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def cli(settings: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`spanner-cdc verify ...` in this process, configured by the environment as a user's shell would."""
+    for key, value in subprocess_env(settings).items():
+        if key.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR_HOST")):
+            monkeypatch.setenv(key, value)
+    code = main(["verify", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def state_file_with(settings: Any, layout: LakeLayout, end: datetime, key: int) -> str:
+    """The data file of the window's state snapshot that holds the row of `key` (one never changed: its seed row)."""
+    handle = state_catalog(settings).load_table(state_identifier(layout, "Accounts"))
+    snapshot_id = snapshot_at(handle, end)
+    for task in handle.scan(snapshot_id=snapshot_id).plan_files():
+        ids = pq.read_table(task.file.file_path.removeprefix("file://"), columns=["Id"]).column("Id").to_pylist()
+        if key in ids:
+            return str(task.file.file_path.removeprefix("file://"))
+    raise AssertionError(f"no data file holds key {key}")
+
+
+@pytest.fixture
+def lake(make_spanner_database: Any, extract_settings: Any, store: MetadataStore, spark: Any) -> tuple[Any, list[datetime]]:
+    """A snapshot, two closed windows of updates, deletes and inserts, and the state tables of both."""
+    database = make_spanner_database(DDL)
+    opened = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    with database.batch() as b:
+        b.insert("Accounts", COLUMNS, [[i, f"o{i}", i * 10, opened + timedelta(seconds=i)] for i in range(40)])
+    settings = extract_settings(database.database_id, STREAM)
+    bounds = [run_snapshot(settings).at]
+    with database.batch() as b:
+        b.update("Accounts", ["Id", "Balance"], [[i, -i] for i in range(0, 40, 3)])
+        b.delete("Accounts", spanner.KeySet(keys=[[1], [2]]))
+        b.insert("Accounts", ["Id", "Owner"], [[100, "new"], [101, "newer"]])
+    bounds.append(datetime.now(UTC))
+    time.sleep(0.01)
+    with database.batch() as b:
+        b.update("Accounts", ["Id", "Owner"], [[i, f"renamed{i}"] for i in range(10, 30)])
+        b.delete("Accounts", spanner.KeySet(keys=[[100]]))
+        b.insert("Accounts", ["Id", "Owner", "Balance"], [[200 + i, f"late{i}", i] for i in range(12)])
+    bounds.append(datetime.now(UTC))
+    time.sleep(0.01)
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        assert run_window(settings, start, end).complete
+    assert [s.as_of for s in update_current_state(settings)] == bounds[1:]
+    return settings, bounds
+
+
+def test_a_clean_lake_verifies_clean_and_each_corruption_is_reported_with_its_key_and_window(
+    lake: tuple[Any, list[datetime]], store: MetadataStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings, bounds = lake
+    layout = LakeLayout(settings.output_root, STREAM, settings.namespace)
+    lineage = store.get_lineage(STREAM, settings.namespace)
+
+    # clean: every bucket of the newest window through the CLI, then window 1 by half its buckets
+    code, out, err = cli(settings, monkeypatch, capsys, "--json")
+    assert code == 0, err
+    clean = json.loads(out)
+    assert clean["ok"] and clean["mismatches"] == 0 and clean["window_end"] == z(bounds[2]), clean
+    [table] = clean["tables"]
+    assert table["table"] == "Accounts" and table["lake_rows"] == table["source_rows"] == 40 - 1 + 12, table
+    assert clean["change_log"]["checked"] and clean["change_log"]["source_rows"] == clean["change_log"]["lake_rows"] == 20 + 1 + 12
+    half = run_verify(settings, window_end=bounds[1], fraction=0.5, seed=7)
+    assert half.ok and len(half.buckets) == 8 and half.buckets == run_verify(settings, window_end=bounds[1], fraction=0.5, seed=7).buckets
+    assert 0 < half.tables[0].lake_rows == half.tables[0].source_rows < 40  # the rows of those buckets only
+    assert half.change_log is not None and half.change_log.source_rows == half.change_log.lake_rows == 14 + 2 + 2
+
+    # one row of the state table changed behind the pipeline's back: that key, that window, exit 1
+    path = state_file_with(settings, layout, bounds[2], 35)
+    original = Path(path).read_bytes()
+    data = pq.read_table(path)
+    owner = pc.if_else(pc.equal(data.column("Id"), 35), pa.scalar("tampered"), data.column("Owner"))
+    pq.write_table(data.set_column(data.column_names.index("Owner"), data.schema.field("Owner"), owner), path)
+    code, out, err = cli(settings, monkeypatch, capsys, "--window-end", z(bounds[2]))
+    assert code == 1
+    assert f"window [{z(bounds[1])}, {z(bounds[2])})" in out and "1 mismatch" in out, out
+    assert 'state Accounts key {"Id":35}: values differ' in out, out
+    assert "mismatches found (1)" in err and z(bounds[2]) in err
+    kept = next(w for w in store.windows(lineage.id) if w.end == bounds[2]).verify
+    assert kept is not None and kept["mismatches"] == 1 and kept["examples"][0]["key"] == '{"Id":35}'
+    metrics = render_metrics([load_stream(store, STREAM, settings.namespace)], datetime.now(UTC))
+    labels = f'{{stream="{STREAM}",namespace="{settings.namespace}"}}'
+    assert f"spanner_cdc_verify_mismatches{labels} 1" in metrics
+    [line] = [x for x in metrics.splitlines() if x.startswith(f"spanner_cdc_verify_window_end_timestamp_seconds{labels} ")]
+    assert float(line.split()[-1]) == bounds[2].timestamp(), line
+    assert f"spanner_cdc_verify_rows_compared{labels} {kept['rows_compared']}" in metrics
+    Path(path).write_bytes(original)
+    assert run_verify(settings, window_end=bounds[2]).ok
+
+    # one change-log file of window 2 deleted: exactly its rows missing, the file named, exit 1
+    files = [f for f in store.manifest(lineage.id, window_start=bounds[1], window_end=bounds[2]) if f.rows]
+    gone = max(files, key=lambda f: f.rows)
+    lost = pq.read_table(gone.path, columns=["uuid", "keys"]).to_pylist()
+    Path(gone.path).unlink()
+    code, out, err = cli(settings, monkeypatch, capsys, "--json")
+    assert code == 1
+    result = json.loads(out)
+    log = result["change_log"]
+    assert result["window_end"] == z(bounds[2]) and log["missing_files"] == [gone.path] and log["extra"] == 0
+    assert log["missing"] == len(lost) == result["mismatches"] and log["lake_rows"] == log["source_rows"] - len(lost)
+    shown = {(m["uuid"], m["key"]) for m in result["examples"]}
+    assert shown <= {(r["uuid"], r["keys"]) for r in lost} and len(shown) == min(len(lost), 20)
+    assert all(m["problem"] == "missing in the lake" for m in result["examples"])
+
+
+def test_bad_input_names_the_field(
+    lake: tuple[Any, list[datetime]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings, bounds = lake
+    for fraction in ("0", "1.5", "abc", "-0.1"):
+        code, _, err = cli(settings, monkeypatch, capsys, "--fraction", fraction)
+        assert code == 2 and "--fraction" in err and "(0, 1]" in err, (fraction, err)
+    code, _, err = cli(settings, monkeypatch, capsys, "--stream", "nosuch")
+    assert code != 0 and "--stream nosuch" in err and "no lineage" in err, err
+    not_closed = bounds[2] + timedelta(minutes=5)
+    code, _, err = cli(settings, monkeypatch, capsys, "--window-end", z(not_closed))
+    assert code != 0 and f"--window-end {z(not_closed)}" in err and "only a closed window" in err and z(bounds[2]) in err, err
+    code, _, err = cli(settings, monkeypatch, capsys, "--window-end", "yesterday")
+    assert code == 2 and "--window-end" in err, err
