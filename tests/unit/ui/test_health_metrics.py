@@ -179,3 +179,19 @@ def test_an_open_window_whose_check_failed_is_counted() -> None:
     failed = dataclasses.replace(view.windows[-1], transaction_check={"ok": False, "mismatched": 2})
     broken = type(view)(view.lineage, view.partitions, (*view.windows[:-1], failed), view.low_watermark)
     assert _samples(render_metrics([broken], NOW))['spanner_cdc_failed_window_checks{stream="orders",namespace="live"}'] == 1
+
+
+def test_the_newest_verified_window_is_in_the_metrics() -> None:
+    view = sample_view()
+    assert "spanner_cdc_verify" not in render_metrics([view], NOW)  # never verified: no sample
+    first, second = sorted((w for w in view.windows if w.complete), key=lambda w: w.end)[:2]
+    verified = {
+        first.end: {"mismatches": 3, "rows_compared": 40, "verified_at": "2026-01-02T00:00:00Z"},
+        second.end: {"mismatches": 0, "rows_compared": 41, "verified_at": "2026-01-03T00:00:00Z"},
+    }
+    windows = tuple(dataclasses.replace(w, verify=verified.get(w.end)) for w in view.windows)
+    samples = _samples(render_metrics([dataclasses.replace(view, windows=windows)], NOW))
+    ids = 'stream="orders",namespace="live"'
+    assert samples[f"spanner_cdc_verify_mismatches{{{ids}}}"] == 0 and samples[f"spanner_cdc_verify_rows_compared{{{ids}}}"] == 41
+    assert samples[f"spanner_cdc_verify_window_end_timestamp_seconds{{{ids}}}"] == second.end.timestamp()
+    assert samples[f"spanner_cdc_verify_timestamp_seconds{{{ids}}}"] == 1767398400
