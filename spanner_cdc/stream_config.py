@@ -38,6 +38,8 @@ class StreamConfig:
     snapshot: bool = False  # the first run reads every watched table at its window start (the initial snapshot)
     current_state: bool = False  # each closed window: one snapshot of every table's current-state Iceberg table
     current_state_keep: int = 24  # window snapshots kept per state table (older ones expired)
+    verify: bool = False  # a daily DAG, spanner_cdc_verify__<name>, verifies the newest closed window
+    verify_fraction: float = 1.0  # share of each state table's key buckets that daily verify compares
 
     @property
     def dag_id(self) -> str:
@@ -116,6 +118,12 @@ def _schedule(label: str, value: Any) -> str:
     return text
 
 
+def _fraction(label: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigError(label, value, "a number in (0, 1]: the share of key buckets compared (1 = every row)")
+    return float(value)
+
+
 PARSERS: dict[str, Any] = {
     "change_stream": _identifier,
     "start_date": parse_datetime,
@@ -132,6 +140,8 @@ PARSERS: dict[str, Any] = {
     "snapshot": _bool,
     "current_state": _bool,
     "current_state_keep": _int_between(1, 10_000),
+    "verify": _bool,
+    "verify_fraction": _fraction,
 }
 ACCEPTED_KEYS = ("name", *PARSERS)
 

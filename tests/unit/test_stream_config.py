@@ -51,6 +51,8 @@ def test_all_fields_parse() -> None:
             "snapshot": True,
             "current_state": True,
             "current_state_keep": 3,
+            "verify": True,
+            "verify_fraction": 0.25,
         },
     )
     assert (config.project, config.instance, config.database) == ("p1", "i1", "shop")
@@ -65,6 +67,8 @@ def test_all_fields_parse() -> None:
     assert config.waves == 5
     assert config.snapshot is True
     assert (config.current_state, config.current_state_keep) == (True, 3)
+    assert (config.verify, config.verify_fraction) == (True, 0.25)
+    assert (parse_stream("s", {"start_date": "2024-01-01"}).verify, parse_stream("s", {"start_date": "2024-01-01"}).verify_fraction) == (False, 1.0)
 
 
 def test_start_date_with_offset_is_converted_to_utc() -> None:
@@ -93,6 +97,10 @@ def test_toml_date_means_midnight_utc() -> None:
         ("orders", {"start_date": "2024-01-01", "catchup": "yes"}, "streams.orders.catchup", "true or false"),
         ("orders", {"start_date": "2024-01-01", "snapshot": 1}, "streams.orders.snapshot", "true or false"),
         ("orders", {"start_date": "2024-01-01", "current_state_keep": 0}, "streams.orders.current_state_keep", "[1, 10000]"),
+        ("orders", {"start_date": "2024-01-01", "verify_fraction": 0}, "streams.orders.verify_fraction", "(0, 1]"),
+        ("orders", {"start_date": "2024-01-01", "verify_fraction": 1.5}, "streams.orders.verify_fraction", "(0, 1]"),
+        ("orders", {"start_date": "2024-01-01", "verify_fraction": "half"}, "streams.orders.verify_fraction", "(0, 1]"),
+        ("orders", {"start_date": "2024-01-01", "verify": "yes"}, "streams.orders.verify", "true or false"),
         ("orders", {"start_date": "2024-01-01", "project": ""}, "streams.orders.project", "non-empty"),
         ("orders", {"start_date": "2024-01-01", "heartbeat": 5000}, "streams.orders.heartbeat", "heartbeat_ms"),
         ("orders", {"start_date": "2024-01-01", "name": "other"}, "streams.orders.name", "'orders'"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.cli.commands._flags import add_metadata_url_flag
@@ -26,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "window's replacement too): when, which window, files and rows added and replaced, rows in the table; "
         "then each current-state table's (its seed from the initial snapshot, one per window). With --json: the "
         "change log's fields, each window's completeness record (the one its marker and asset event carry), and "
-        "`tables`: every table with its identifier, kind (change_log or current_state), source_table and snapshots.",
+        "`tables`: every table with its identifier, kind (change_log or current_state), source_table and snapshots; a "
+        "window that `spanner-cdc verify` checked has its last result under `verify` beside its completeness record.",
     )
     show.add_argument("--stream", help="change stream name (default: SPANNER_CDC_STREAM)")
     show.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")
@@ -62,6 +64,12 @@ def run_show(args: argparse.Namespace) -> int:
         if not tables:
             raise
         shown = {}  # no change log in the catalog (iceberg_catalog off while extracting), current-state tables only
+    verified = _verified(settings)
+    for snap in [*shown.get("snapshots", []), *(s for t in tables for s in t["snapshots"])]:
+        if snap.get("window_start") and snap.get("window_end"):
+            result = verified.get(datetime.fromisoformat(snap["window_end"]))
+            if result is not None:
+                snap["verify"] = result  # beside the completeness record, not in it: a verify comes later
     if args.format == "json":
         sys.stdout.write(json.dumps({**shown, "tables": tables}, indent=1) + "\n")
         return 0
@@ -73,7 +81,25 @@ def run_show(args: argparse.Namespace) -> int:
             for r in table["snapshots"]:
                 window = f"[{r['window_start']}, {r['window_end']})" if r["window_start"] else f"seed at {r['window_end']}"
                 print(f"{r['snapshot_id']:>20}  {window:58}  rows +{r['rows_added']}/-{r['rows_removed']}")
+    for end in sorted(verified):
+        result = verified[end]
+        verdict = "clean" if result.get("ok") else f"{result.get('mismatches')} mismatches"
+        print(f"\nverify of window [{result.get('window_start')}, {result.get('window_end')}) at {result.get('verified_at')}: "
+              f"{verdict}, {result.get('rows_compared')} rows compared")  # fmt: skip
     return 0
+
+
+def _verified(settings: Settings) -> dict[datetime, dict[str, Any]]:
+    """Window end -> the last `spanner-cdc verify` result kept with that closed window."""
+    from spanner_cdc.errors import NotFound
+    from spanner_cdc.extract.window import _store, _stream
+
+    with _store(settings) as store:
+        try:
+            lineage = store.get_lineage(_stream(settings), settings.namespace)
+        except NotFound:
+            return {}
+        return {w.end: dict(w.verify) for w in store.windows(lineage.id) if w.verify}
 
 
 def _tables(settings: Settings) -> list[dict[str, Any]]:

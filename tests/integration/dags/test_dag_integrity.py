@@ -77,7 +77,7 @@ def test_no_import_errors_and_one_hourly_dag_per_stream(example_bag: dict) -> No
         names = sorted(tomllib.load(handle)["streams"])
     assert example_bag["errors"] == {}
     expected = {f"spanner_cdc_hourly__{name}" for name in names} | {"spanner_cdc_backfill"}
-    assert set(example_bag["dags"]) == expected
+    assert set(example_bag["dags"]) == expected | {"spanner_cdc_verify__payments"}  # `verify = true` on payments only
 
 
 def test_hourly_dag_wiring(example_bag: dict) -> None:
@@ -112,6 +112,14 @@ def test_hourly_dag_wiring(example_bag: dict) -> None:
     assert payments["close"]["downstream"] == ["current_state"]
     assert payments["current_state"]["outlets"] == ["spanner_cdc_current_states__payments"]
     assert payments["current_state"]["trigger_rule"] == "none_failed"  # also for windows catch_up closed
+
+
+def test_verify_dag_is_daily_and_only_where_asked(example_bag: dict) -> None:
+    dag = example_bag["dags"]["spanner_cdc_verify__payments"]
+    assert dag["timetable"] == "CronTriggerTimetable" or dag["timetable"].endswith("Timetable")
+    assert not dag["catchup"] and dag["max_active_runs"] == 1
+    assert list(dag["tasks"]) == ["verify"] and dag["tasks"]["verify"]["retries"] > 0
+    assert "spanner_cdc_verify__orders" not in example_bag["dags"]  # off by default
 
 
 def test_backfill_form(example_bag: dict) -> None:

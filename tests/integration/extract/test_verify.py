@@ -40,12 +40,14 @@ def z(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def cli(settings: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """`spanner-cdc verify ...` in this process, configured by the environment as a user's shell would."""
+def cli(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str, command: tuple[str, ...] = ("verify",)
+) -> tuple[int, str, str]:
+    """`spanner-cdc verify ...` (or `command`) in this process, configured by the environment as a user's shell would."""
     for key, value in subprocess_env(settings).items():
         if key.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR_HOST")):
             monkeypatch.setenv(key, value)
-    code = main(["verify", *args])
+    code = main([*command, *args])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -68,7 +70,7 @@ def lake(make_spanner_database: Any, extract_settings: Any, store: MetadataStore
     opened = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     with database.batch() as b:
         b.insert("Accounts", COLUMNS, [[i, f"o{i}", i * 10, opened + timedelta(seconds=i)] for i in range(40)])
-    settings = extract_settings(database.database_id, STREAM)
+    settings = extract_settings(database.database_id, STREAM, iceberg_catalog="store")  # the change log in Iceberg too
     bounds = [run_snapshot(settings).at]
     with database.batch() as b:
         b.update("Accounts", ["Id", "Balance"], [[i, -i] for i in range(0, 40, 3)])
@@ -127,6 +129,15 @@ def test_a_clean_lake_verifies_clean_and_each_corruption_is_reported_with_its_ke
     [line] = [x for x in metrics.splitlines() if x.startswith(f"spanner_cdc_verify_window_end_timestamp_seconds{labels} ")]
     assert float(line.split()[-1]) == bounds[2].timestamp(), line
     assert f"spanner_cdc_verify_rows_compared{labels} {kept['rows_compared']}" in metrics
+    # lake show --json: the result beside the window's completeness record (the record itself unchanged)
+    code, out, _ = cli(settings, monkeypatch, capsys, "--json", command=("lake", "show"))
+    shown = json.loads(out)
+    [state] = [t for t in shown["tables"] if t["kind"] == "current_state"]
+    for snapshots in (shown["snapshots"], state["snapshots"]):
+        verified = {datetime.fromisoformat(s["window_end"]): s["verify"] for s in snapshots if s.get("verify")}
+        assert verified.keys() == set(bounds[1:]) and verified[bounds[2]]["mismatches"] == 1 and verified[bounds[1]]["ok"]
+    [logged] = [s for s in shown["snapshots"] if s.get("verify") and s["verify"]["window_end"] == z(bounds[2])]
+    assert logged["completeness"]["window_end"] == bounds[2].isoformat() and "verify" not in logged["completeness"]
     Path(path).write_bytes(original)
     assert run_verify(settings, window_end=bounds[2]).ok
 
