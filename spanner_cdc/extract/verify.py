@@ -115,6 +115,7 @@ def _verify_state(
 
     catalog = state_catalog(settings)
     batch = None
+    gone = _versions_gone(database, inclusive_end(window.end))
     try:
         tasks: list[VerifyTask] = []
         for table in known_tables(catalog, layout):
@@ -122,6 +123,9 @@ def _verify_state(
             snapshot_id = snapshot_at(handle, window.end) if handle is not None else None
             check = TableCheck(table, snapshot_id)
             result.tables.append(check)
+            if gone:
+                check.skipped = gone
+                continue
             if handle is None or snapshot_id is None:
                 check.skipped = (
                     "the table has no snapshot of this window (expired past the kept ones, or never applied)"
@@ -144,6 +148,19 @@ def _verify_state(
             check.lake_rows, check.source_rows, check.mismatches = one.lake_rows, one.source_rows, one.mismatches
             found += [Mismatch("state", check.table, key, problem) for key, problem in one.examples]
     return found
+
+
+def _versions_gone(database: Any, at: datetime) -> str | None:
+    """Why the source cannot be read at `at` any more (None: it can): older than the database's oldest version."""
+    database.reload()
+    earliest = database.earliest_version_time
+    if earliest is None or at >= earliest.astimezone(UTC):
+        return None
+    return (
+        f"the source can no longer be read at {_z(at)}: database {database.database_id} keeps versions back to "
+        f"{_z(earliest)} (version_retention_period {database.version_retention_period or '1h'}); verify a window "
+        "within it, or raise the database's version_retention_period (ALTER DATABASE ... SET OPTIONS)"
+    )
 
 
 def _table_tasks(
