@@ -133,13 +133,18 @@ def _window_changes(task: StateTask) -> list[dict[str, Any]]:
     return rows
 
 
-def _deleted_positions(handle: StaticTable, candidate: Candidate) -> set[int]:
+def _deleted_positions(handle: StaticTable, candidate: Candidate, cache: dict[str, pa.Table] | None = None) -> set[int]:
+    """The positions of a data file that its delete files remove (each delete file read once per task with `cache`)."""
+    import pyarrow.parquet as pq
+
     out: set[int] = set()
     for path in candidate.deletes:
-        with handle.io.new_input(path).open() as stream:
-            import pyarrow.parquet as pq
-
-            data = pq.read_table(stream)
+        data = cache.get(path) if cache is not None else None
+        if data is None:
+            with handle.io.new_input(path).open() as stream:
+                data = pq.read_table(stream)
+            if cache is not None:
+                cache[path] = data
         out.update(data.filter(pc.equal(data.column("file_path"), candidate.path)).column("pos").to_pylist())
     return out
 
@@ -163,6 +168,7 @@ def apply(task: StateTask) -> list[dict[str, str]]:
     firsts = pa.array(sorted({c.keys[keys[0]] for c in changes.values()}, key=repr))
     bases: dict[str, dict[str, Any]] = {}
     positions: list[tuple[str, int]] = []
+    cache: dict[str, pa.Table] = {}  # a window's delete file names many of the bucket's data files
     for candidate in task.candidates:
         with handle.io.new_input(candidate.path).open() as stream:
             parquet = pq.ParquetFile(stream)
@@ -170,7 +176,7 @@ def apply(task: StateTask) -> list[dict[str, str]]:
             hits = pc.indices_nonzero(
                 pc.is_in(key_columns.column(keys[0]), firsts.cast(key_columns.schema.field(keys[0]).type))
             ).to_pylist()
-            deleted = _deleted_positions(handle, candidate) if hits else set()
+            deleted = _deleted_positions(handle, candidate, cache) if hits else set()
             found = [
                 (pos, key_text({k: key_columns.column(k)[pos].as_py() for k in keys}))
                 for pos in hits
@@ -230,10 +236,11 @@ def compact(task: StateTask) -> list[dict[str, str]]:
     column, _ = _bucketer(handle)
     arrow = schema_to_pyarrow(handle.schema(), include_field_ids=False)
     rows: list[dict[str, Any]] = []
+    cache: dict[str, pa.Table] = {}
     for candidate in task.candidates:
         with handle.io.new_input(candidate.path).open() as stream:
             data = pq.read_table(stream)
-        deleted = _deleted_positions(handle, candidate)
+        deleted = _deleted_positions(handle, candidate, cache)
         if deleted:
             data = data.filter(pa.array([i not in deleted for i in range(data.num_rows)]))
         # by name: an older file lacks a column added since (null) and keeps one dropped since (left out)
