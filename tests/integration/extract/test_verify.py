@@ -16,6 +16,7 @@ import pytest
 from google.cloud import spanner
 
 from spanner_cdc.cli.main import main
+from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from spanner_cdc.extract.current_state import state_catalog, update_current_state
 from spanner_cdc.extract.snapshot import run_snapshot
 from spanner_cdc.extract.verify import run_verify
@@ -24,8 +25,10 @@ from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.state_table import snapshot_at, state_identifier
 from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
+from spanner_cdc.times import parse_rfc3339
 from spanner_cdc.ui.metrics import render_metrics
 from spanner_cdc.ui.view import load_stream
+from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(120)]
 STREAM = "verified"
@@ -63,14 +66,12 @@ def state_file_with(settings: Any, layout: LakeLayout, end: datetime, key: int) 
     raise AssertionError(f"no data file holds key {key}")
 
 
-@pytest.fixture
-def lake(make_spanner_database: Any, extract_settings: Any, store: MetadataStore, spark: Any) -> tuple[Any, list[datetime]]:
+def build_lake(database: Any, extract_settings: Any, **changes: Any) -> tuple[Any, list[datetime]]:
     """A snapshot, two closed windows of updates, deletes and inserts, and the state tables of both."""
-    database = make_spanner_database(DDL)
     opened = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     with database.batch() as b:
         b.insert("Accounts", COLUMNS, [[i, f"o{i}", i * 10, opened + timedelta(seconds=i)] for i in range(40)])
-    settings = extract_settings(database.database_id, STREAM, iceberg_catalog="store")  # the change log in Iceberg too
+    settings = extract_settings(database.database_id, STREAM, iceberg_catalog="store", **changes)  # the change log in Iceberg too
     bounds = [run_snapshot(settings).at]
     with database.batch() as b:
         b.update("Accounts", ["Id", "Balance"], [[i, -i] for i in range(0, 40, 3)])
@@ -88,6 +89,11 @@ def lake(make_spanner_database: Any, extract_settings: Any, store: MetadataStore
         assert run_window(settings, start, end).complete
     assert [s.as_of for s in update_current_state(settings)] == bounds[1:]
     return settings, bounds
+
+
+@pytest.fixture
+def lake(make_spanner_database: Any, extract_settings: Any, store: MetadataStore, spark: Any) -> tuple[Any, list[datetime]]:
+    return build_lake(make_spanner_database(DDL), extract_settings)
 
 
 def test_a_clean_lake_verifies_clean_and_each_corruption_is_reported_with_its_key_and_window(
@@ -171,3 +177,29 @@ def test_bad_input_names_the_field(
     assert code != 0 and f"--window-end {z(not_closed)}" in err and "only a closed window" in err and z(bounds[2]) in err, err
     code, _, err = cli(settings, monkeypatch, capsys, "--window-end", "yesterday")
     assert code == 2 and "--window-end" in err, err
+
+
+def test_a_window_past_the_retentions_is_not_compared_and_the_result_says_why(
+    extract_settings: Any, store: MetadataStore, spark: Any, tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    # a server of its own, whose clock is moved a day ahead: past the stream's retention_period (1 day) and the
+    # database's version_retention_period (1 hour)
+    log = tmp_path_factory.mktemp("verify-spanner") / "server.log"
+    with LocalSpanner(extra_args=["--policy-event-every", "none", "--policy-merge-idle", "none"], log_path=log) as server:
+        monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.host)
+        database = create_database(server.host, PROJECT, INSTANCE, unique_database_id("v"), DDL, "GOOGLE_STANDARD_SQL")
+        settings, bounds = build_lake(database, extract_settings, emulator_host=server.host)
+        fresh = run_verify(settings)
+        assert fresh.ok and fresh.change_log is not None and fresh.change_log.checked and fresh.tables[0].source_rows == 51
+        server.control.set_clock_rate(7200.0)
+        while parse_rfc3339(server.control.status()["now"]) < bounds[2] + timedelta(days=1, minutes=5):
+            time.sleep(0.2)
+        server.control.set_clock_rate(1.0)
+        code, out, err = cli(settings, monkeypatch, capsys, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["window_end"] == z(bounds[2]) and result["ok"] and result["rows_compared"] == 0, result
+    log_part, [table] = result["change_log"], result["tables"]
+    assert not log_part["checked"] and "retention_period (1d)" in log_part["reason"] and "no longer holds it" in log_part["reason"]
+    assert table["skipped"] and "version_retention_period" in table["skipped"] and table["lake_rows"] == 0, table
