@@ -20,11 +20,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Iceberg snapshot of the window is compared, key by key (a hash of each row), with a stale read of the "
         "source at the window's end - 1 microsecond (PartitionQuery, a Spark task per partition and per key bucket); "
         "--fraction compares only that share of the 16 key buckets, drawn at random with --seed (printed, so a run "
-        "can be repeated). The window's change log is compared by uuid with a fresh read of the window from the "
-        "change stream (every partition), while the window is within the stream's retention_period; a file the "
-        "manifest lists but the lake lost is named. The result (rows compared, mismatches with their keys, the "
-        "first 20 shown, which window) is printed, kept with the window in the metadata store (/metrics, lake show "
-        "--json) and the exit status is 1 when anything differs.",
+        "can be repeated). A window older than the database's version_retention_period can no longer be read stale: "
+        "its tables are listed as not compared, with the reason. The window's change log is compared by uuid with a "
+        "fresh read of the window from the change stream (every partition) while the window is within the stream's "
+        "retention_period (past it, that part says it was not compared); a file the manifest lists but the lake lost "
+        "is named. The result (rows compared, mismatches with their keys, the first 20 shown, which window) is "
+        "printed, kept with the window in the metadata store (/metrics, lake show --json), and the exit status is 1 "
+        "when anything differs.",
     )
     parser.add_argument("--stream", help="change stream name, or a stream configured in SPANNER_CDC_CONFIG")
     parser.add_argument("--namespace", help="lineage namespace (default: live)")

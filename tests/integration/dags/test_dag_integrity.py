@@ -116,7 +116,7 @@ def test_hourly_dag_wiring(example_bag: dict) -> None:
 
 def test_verify_dag_is_daily_and_only_where_asked(example_bag: dict) -> None:
     dag = example_bag["dags"]["spanner_cdc_verify__payments"]
-    assert dag["timetable"] == "CronTriggerTimetable"  # @daily, at midnight UTC
+    assert dag["timetable"] == "CronTriggerTimetable"  # daily at 00:30 UTC
     assert not dag["catchup"] and dag["max_active_runs"] == 1
     assert list(dag["tasks"]) == ["verify"] and dag["tasks"]["verify"]["retries"] > 0
     assert "spanner_cdc_verify__orders" not in example_bag["dags"]  # off by default
