@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.orchestration.connections import stream_settings
 from spanner_cdc.orchestration.failures import fail_fast
 
+if TYPE_CHECKING:
+    from spanner_cdc.settings import Settings
+
 
 @fail_fast
 def verify(stream: str) -> dict[str, Any]:
-    """`spanner-cdc verify` of the stream's newest closed window with its configured fraction; the result is kept with
-    the window (so /metrics shows it) before a mismatch fails the task, without retries."""
+    """The `verify` task of the stream's daily verify DAG, with the stream's `verify_fraction`."""
+    config, settings = stream_settings(stream)
+    return verify_newest(settings, config.verify_fraction)
+
+
+def verify_newest(settings: Settings, fraction: float) -> dict[str, Any]:
+    """`spanner-cdc verify` of the newest closed window: the result (kept with the window, so /metrics shows it)
+    when clean; a mismatch fails the task without retries (a retry finds the same), the result in its message."""
     from spanner_cdc.extract.verify import run_verify
 
-    config, settings = stream_settings(stream)
-    result = run_verify(settings, fraction=config.verify_fraction)
+    result = run_verify(settings, fraction=fraction)
     if not result.ok:
         from airflow.sdk.exceptions import AirflowFailException
 

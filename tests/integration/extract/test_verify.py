@@ -50,6 +50,7 @@ def cli(
     for key, value in subprocess_env(settings).items():
         if key.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR_HOST")):
             monkeypatch.setenv(key, value)
+    capsys.readouterr()  # what was printed before is not this command's
     code = main([*command, *args])
     out, err = capsys.readouterr()
     return code, out, err
@@ -161,6 +162,16 @@ def test_a_clean_lake_verifies_clean_and_each_corruption_is_reported_with_its_ke
     shown = {(m["uuid"], m["key"]) for m in result["examples"]}
     assert shown <= {(r["uuid"], r["keys"]) for r in lost} and len(shown) == min(len(lost), 20)
     assert all(m["problem"] == "missing in the lake" for m in result["examples"])
+
+    # the daily DAG's task body: the same finding fails the task (no retries), the window in its message (last:
+    # importing Airflow here sets up its logging in this process)
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from spanner_cdc.orchestration.verify_task import verify_newest
+
+    with pytest.raises(AirflowFailException) as failed:
+        verify_newest(settings, 1.0)
+    assert f"window [{z(bounds[1])}, {z(bounds[2])})" in str(failed.value) and "missing in the lake" in str(failed.value)
 
 
 def test_bad_input_names_the_field(
