@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "spanner_cdc"
 # the other (each imports only its own package and the floors below), except the pairs in SIBLING_IMPORTS.
 LAYERS: list[set[str]] = [
     {"errors", "names", "masking", "times", "json_text"},  # vocabulary, formats and error types: import nothing of the project
-    {"settings", "stream_config"},  # configuration
+    {"validators", "settings", "stream_config"},  # configuration: the validators of values, the settings, the streams' tables
     {"lineage", "model"},  # pure: the partition rules; the typed records and their dispatch
     {"source", "store"},  # adapters: the change stream (queries, decoding, the reader); Postgres (lineage, manifest)
     {"lake"},  # layout, envelope rows, publication, markers
@@ -25,7 +25,9 @@ LAYERS: list[set[str]] = [
     {"devstack", "cli", "__init__", "__main__"},  # the dev stack, and the command line that starts it
 ]
 SIBLING_IMPORTS = {
-    ("stream_config", "settings"),  # a stream's table is read with the settings' validators
+    ("settings", "validators"),  # one set of validators for both
+    ("stream_config", "validators"),
+    ("stream_config", "settings"),  # a stream's settings are the global ones with its values on top
     ("devstack", "cli"),
     ("cli", "devstack"),
     ("__main__", "cli"),
