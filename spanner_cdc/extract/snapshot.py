@@ -151,7 +151,7 @@ def run_snapshot(settings: Settings, *, at: datetime | None = None) -> SnapshotS
         done = store.snapshot_tables(lineage_id)
         current = store.snapshot(lineage_id)
         if current is None or not current.complete:
-            for table in watched_tables(database, stream, dialect):
+            for table in watched_tables(database, stream, dialect, at):
                 if table.name in done:
                     continue
                 storage.remove_tree(layout.snapshot_table_location(table.name))  # what a crashed attempt left
