@@ -14,7 +14,7 @@ from typing import Any
 
 from spanner_cdc import names, validators
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.validators import choice, identifier, int_between, optional, seconds_at_least, text
+from spanner_cdc.validators import choice, fraction, identifier, int_between, optional, seconds_at_least, text
 
 ENV_PREFIX = "SPANNER_CDC_"
 CONFIG_ENV = "SPANNER_CDC_CONFIG"
@@ -127,6 +127,9 @@ class Settings:
     home: Path = field(default=Path(".local"), metadata=_meta(_path, "where embedded services keep their data"))
     emulator_host: str | None = field(
         default=None, metadata=_meta(optional(text), "host:port of an emulator or the local server")
+    )
+    headroom_warning: float = field(
+        default=0.5, metadata=_meta(fraction, "the UI warns when a lineage's retention headroom falls under this share of the stream's retention_period")
     )
     streams: Mapping[str, Any] = field(default_factory=dict, metadata={"parse": None, "help": "[streams.*] tables"})
 

@@ -42,6 +42,18 @@ def seconds_at_least(low: float) -> Callable[[str, Any], float]:
     return parse
 
 
+def fraction(label: str, value: Any) -> float:
+    """A share of a whole, in (0, 1]: 0.5 or 50%."""
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ConfigError(label, value, "a fraction in (0, 1] such as 0.5, or a percentage such as 50%") from None
+    if isinstance(value, bool) or not 0 < number <= 1:
+        raise ConfigError(label, value, "a fraction in (0, 1] such as 0.5, or a percentage such as 50%")
+    return number
+
+
 def choice(*choices: str) -> Callable[[str, Any], str]:
     """One of `choices`, in any case; returned as spelled in `choices`."""
 

@@ -20,9 +20,10 @@ from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims
 from spanner_cdc.extract.wave import extract_wave
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.check import driver_transaction_check
+from spanner_cdc.lake.completeness import completeness_record
 from spanner_cdc.lake.iceberg import land_window
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
-from spanner_cdc.lake.markers import write_marker
+from spanner_cdc.lake.markers import earlier_completeness, read_marker, write_marker
 from spanner_cdc.lineage.rules import inclusive_end, read_from
 from spanner_cdc.names import LIVE_READ_METHOD, READ_METHODS, short_token
 from spanner_cdc.times import utc
@@ -96,6 +97,8 @@ class WindowSummary:
     elapsed_s: float
     waves: int = 0
     extracted_tokens: int = 0
+    # the window's completeness record (`lake/completeness.py`), once complete: as its marker and snapshot carry it
+    completeness: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -216,6 +219,7 @@ def plan_window(
     effective = effective_start(stream, meta.created_at, start, end)
     with _store(settings) as store:
         lineage = store.ensure_lineage(stream, settings.namespace, database=database.name)
+        store.record_retention(lineage.id, meta.retention)  # what the UI measures the headroom against
         partitions = store.partitions(lineage.id)
         if not partitions or not store.window_status(lineage.id, start, end).complete:
             check_retention(stream, effective, meta.retention, settings.namespace)
@@ -389,6 +393,7 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
         # in it any more, so its check and marker stand
         summary.complete, summary.marker_path = True, row.marker_path
         summary.transaction_check = dict(row.transaction_check or {})
+        summary.completeness = (read_marker(row.marker_path) or {}).get("completeness")
         return summary
     # A token that fell behind lands older commits with a later window's files: check the window's
     # transactions in every file whose range overlaps it, whatever window extracted it.
@@ -396,24 +401,42 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
     check = _transaction_check(settings, overlapping, start, end)
     summary.transaction_check = check
     if not check["ok"]:
+        store.record_failed_check(lineage_id, start, end, check)
         raise ExtractError(
             f"{stream}: window [{start.isoformat()}, {end.isoformat()}) failed the transaction check "
             f"({check['mismatched']} of {check['transactions']} transactions with a record count other than "
             f"number_of_records_in_transaction, {check['duplicate_rows']} duplicate rows; e.g. {check['examples'][:3]}); "
             "the window is not marked complete"
         )
-    marker = write_marker(layout, lineage_id=lineage_id, window_start=start, window_end=end, files=files, check=check)
+    record = _completeness(store, layout, lineage_id, start, end, files, check)
+    marker = write_marker(
+        layout, lineage_id=lineage_id, window_start=start, window_end=end, files=files, check=check, completeness=record
+    )
     # after the marker, before the window is closed: a close killed in between commits on its re-run, once
-    land_window(settings, layout, window_start=start, window_end=end, files=files)
+    land_window(settings, layout, window_start=start, window_end=end, files=files, completeness=record)
     store.close_window(
         lineage_id, start, end, records=summary.records, files=summary.files, transaction_check=check, marker_path=str(marker)
     )
-    summary.complete, summary.marker_path = True, str(marker)
+    summary.complete, summary.marker_path, summary.completeness = True, str(marker), record
     log.info(
         "%s: window [%s, %s) complete: %d rows in %d files, %d transactions checked",
         stream, start.isoformat(), end.isoformat(), summary.records, summary.files, check["transactions"],
     )  # fmt: skip
     return summary
+
+
+def _completeness(
+    store: MetadataStore, layout: LakeLayout, lineage_id: int, start: datetime, end: datetime,
+    files: Sequence[ManifestFile], check: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """The window's completeness record (a re-run after a killed close keeps the one its marker has)."""
+    earlier = earlier_completeness(layout, start, end, files)
+    if earlier is not None:
+        return earlier
+    return completeness_record(
+        stream=layout.stream, namespace=layout.namespace, window_start=start, window_end=end,
+        low_watermark=store.low_watermark(lineage_id), check=check,
+    )  # fmt: skip
 
 
 def _transaction_check(settings: Settings, files: Sequence[ManifestFile], start: datetime, end: datetime) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +25,15 @@ READERS = 8  # files read at once (a bucket's latency, not the CPU, is what they
 
 
 def empty_check() -> dict[str, Any]:
-    return {"ok": True, "transactions": 0, "rows": 0, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0, "examples": []}
+    return {
+        "ok": True, "transactions": 0, "rows": 0, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0,
+        "examples": [], "first_commit_timestamp": None, "last_commit_timestamp": None,
+    }  # fmt: skip
+
+
+def iso_timestamp(value: datetime | None) -> str | None:
+    """A commit timestamp as the completeness record gives it: ISO 8601 in UTC, to the microsecond."""
+    return None if value is None else value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def read_checked(path: str) -> pa.Table:
@@ -92,6 +100,7 @@ def check_table(table: pa.Table, *, window_start: datetime, window_end: datetime
         for row in bad.take(order[:MAX_LISTED]).to_pylist()
     ]  # fmt: skip
     duplicates = rows - pc.count_distinct(inside.column("uuid")).as_py()
+    bounds = pc.min_max(inside.column("commit_timestamp")).as_py()
     return {
         "ok": bad.num_rows == 0 and duplicates == 0,
         "transactions": per_transaction.num_rows,
@@ -100,4 +109,6 @@ def check_table(table: pa.Table, *, window_start: datetime, window_end: datetime
         "duplicate_rows": duplicates,
         "outside_window_rows": table.num_rows - rows,
         "examples": examples,
+        "first_commit_timestamp": iso_timestamp(bounds["min"]),
+        "last_commit_timestamp": iso_timestamp(bounds["max"]),
     }

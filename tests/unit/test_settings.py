@@ -43,6 +43,9 @@ def test_streams_tables_are_kept_for_the_stream_config(tmp_path: Path) -> None:
         ({"spark_master": "yarn"}, "--spark-master", "sc://host:port"),
         ({"metadata_url": "mysql://x"}, "--metadata-url", "Postgres URL"),
         ({"dialect": "oracle"}, "--dialect", "POSTGRESQL"),
+        ({"headroom_warning": "0"}, "--headroom-warning", "(0, 1]"),
+        ({"headroom_warning": "150%"}, "--headroom-warning", "50%"),
+        ({"headroom_warning": "half"}, "--headroom-warning", "fraction"),
     ],
 )
 def test_bad_values_name_the_field_the_value_and_what_is_accepted(flags: dict, field: str, accepted: str) -> None:
@@ -53,6 +56,12 @@ def test_bad_values_name_the_field_the_value_and_what_is_accepted(flags: dict, f
     assert repr(next(iter(flags.values()))) in message
     assert accepted in message
     assert info.value.exit_code == 2
+
+
+def test_the_headroom_warning_is_a_fraction_or_a_percentage() -> None:
+    assert load_settings({}, env={}).headroom_warning == 0.5
+    assert load_settings({}, env={"SPANNER_CDC_HEADROOM_WARNING": "25%"}).headroom_warning == 0.25
+    assert load_settings({"headroom_warning": "0.8"}, env={}).headroom_warning == 0.8
 
 
 def test_env_values_are_validated_and_named_by_their_variable() -> None:

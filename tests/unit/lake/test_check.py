@@ -13,6 +13,8 @@ from spanner_cdc.lake.check import (
     MAX_LISTED,
     check_table,
     driver_transaction_check,
+    empty_check,
+    iso_timestamp,
 )
 from spanner_cdc.lake.publish import staged_files
 from tests.unit.lake.records import T0, data_record
@@ -35,7 +37,10 @@ def check(data: pa.Table) -> dict[str, Any]:
 def test_complete_transactions_pass() -> None:
     # tx-a: 2 records, one of them with two mods (two rows, one record_sequence)
     result = check(table(("u1", 0, "tx-a", "1", 2), ("u2", 0, "tx-a", "1", 2), ("u3", 0, "tx-a", "2", 2), ("u4", 9, "tx-b", "1", 1)))
-    assert result == {"ok": True, "transactions": 2, "rows": 4, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0, "examples": []}
+    assert result == {
+        "ok": True, "transactions": 2, "rows": 4, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0, "examples": [],
+        "first_commit_timestamp": iso_timestamp(T0), "last_commit_timestamp": iso_timestamp(T0 + timedelta(seconds=9)),
+    }  # fmt: skip
 
 
 def test_a_missing_record_and_disagreeing_counts_are_mismatches_listed_in_order() -> None:
@@ -67,7 +72,9 @@ def test_rows_outside_the_window_are_counted_not_checked() -> None:
     hour = int((E - T0).total_seconds())
     result = check(table(("u1", -1, "old", "1", 5), ("u2", hour, "next", "1", 5), ("u3", None, "null", "1", 5), ("u4", 0, "tx-a", "1", 1)))
     assert (result["ok"], result["transactions"], result["rows"], result["outside_window_rows"]) == (True, 1, 1, 3)
-    assert check(table()) == {"ok": True, "transactions": 0, "rows": 0, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0, "examples": []}
+    # the first and last commit timestamps are those of the rows inside the window only
+    assert (result["first_commit_timestamp"], result["last_commit_timestamp"]) == (iso_timestamp(T0), iso_timestamp(T0))
+    assert check(table()) == empty_check()
 
 
 def test_the_files_are_read_and_checked_together(tmp_path: Path) -> None:
