@@ -1,4 +1,5 @@
-"""Current-state tables at each closed window's end: the previous state plus one window, a Spark task per table."""
+"""Current-state tables at each closed window's end: the previous state plus one window, a Spark task per table (the run
+over the lineage's windows; lake/current_state.py is the same concept's fold of one table, spark/state_job.py its job)."""
 
 from __future__ import annotations
 

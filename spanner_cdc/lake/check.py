@@ -1,4 +1,5 @@
-"""The window's transaction check in the driver: the checked columns of a few files read with pyarrow and grouped by transaction."""
+"""The window's transaction check in the driver: the checked columns of a few files read with pyarrow and grouped by transaction
+(the same check as spark/check.py, which gives the same result for windows too large for the driver)."""
 
 from __future__ import annotations
 
