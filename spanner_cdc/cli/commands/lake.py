@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "window's replacement too): when, which window, files and rows added and replaced, rows in the table; "
         "then each current-state table's (its seed from the initial snapshot, one per window). With --json: the "
         "change log's fields, and `tables`: every table with its identifier, kind (change_log or current_state), "
-        "source_table and snapshots.",
+        "source_table and snapshots. --json also gives each window's completeness record (the one its marker and "
+        "asset event carry).",
     )
     show.add_argument("--stream", help="change stream name (default: SPANNER_CDC_STREAM)")
     show.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")
