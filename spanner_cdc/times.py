@@ -35,7 +35,7 @@ def parse_rfc3339(text: str) -> datetime:
     n = len(text) if type(text) is str else 0
     zone_at = n - 1 if n and text[-1] in "Zz" else n - 6
     if (
-        n < 20 or text[4] != "-" or text[7] != "-" or text[10] not in "Tt" or text[13] != ":" or text[16] != ":"
+        n < 20 or text[4:17:3] not in ("--T::", "--t::")  # the separators at 4, 7, 10, 13 and 16
         or (zone_at == n - 6 and (text[zone_at] not in "+-" or text[n - 3] != ":"))
         or (zone_at != 19 and (text[19] != "." or not 21 <= zone_at <= 29 or not (digits := text[20:zone_at]).isdigit() or not digits.isascii()))
     ):  # fmt: skip
