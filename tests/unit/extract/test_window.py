@@ -90,6 +90,22 @@ def test_a_configured_stream_supplies_its_settings(tmp_path: Path, monkeypatch: 
     assert plain.stream == "Direct"
 
 
+def test_the_tuning_settings_are_flags_of_extract_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spanner_cdc.cli.main import build_parser
+
+    for key in list(os.environ):
+        if key.startswith("SPANNER_CDC_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("SPANNER_CDC_TASK_TOKENS", "5")
+    window = ["extract", "--window-start", "2024-05-01T10:00:00Z", "--window-end", "2024-05-01T11:00:00Z"]
+    args = build_parser().parse_args([*window, "--task-tokens", "3", "--liveness", "lease", "--lease-s", "2.5"])
+    settings = resolve_settings(args)
+    assert (settings.task_tokens, settings.liveness, settings.lease_s) == (3, "lease", 2.5)  # flags beat SPANNER_CDC_*
+    assert resolve_settings(build_parser().parse_args(window)).task_tokens == 5
+    with pytest.raises(ConfigError, match=r"invalid --lake-writer='csv': expected one of arrow, spark"):
+        resolve_settings(build_parser().parse_args([*window, "--lake-writer", "csv"]))
+
+
 class FakeStore:
     def __init__(self) -> None:
         self.renewed: list[str] = []
