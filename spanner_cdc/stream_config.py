@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc import validators
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.names import IDENTIFIER, hourly_dag_id
+from spanner_cdc.names import hourly_dag_id
 from spanner_cdc.settings import DIALECTS, Settings, output_root
 from spanner_cdc.times import utc
+from spanner_cdc.validators import boolean, choice, fraction, identifier, int_between, text
 
 CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 DATETIME_HINT = "an ISO 8601 date-time such as 2024-01-01T00:00:00Z (no zone means UTC)"
@@ -37,7 +39,7 @@ class StreamConfig:
     concurrency: int | None = None
     snapshot: bool = False  # the first run reads every watched table at its window start (the initial snapshot)
     current_state: bool = False  # each closed window: one snapshot of every table's current-state Iceberg table
-    current_state_keep: int = 24  # window snapshots kept per state table (older ones expired)
+    current_state_keep: int = Settings.current_state_keep  # window snapshots kept per state table (older ones expired)
     verify: bool = False  # a daily DAG, spanner_cdc_verify__<name>, verifies the newest closed window
     verify_fraction: float = 1.0  # share of each state table's key buckets that daily verify compares
 
@@ -59,40 +61,6 @@ def _label(stream: str, key: str) -> str:
     return f"streams.{stream}.{key}"
 
 
-def _identifier(label: str, value: Any) -> str:
-    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value):
-        raise ConfigError(label, value, "an identifier: a letter or _, then letters, digits or _")
-    return value
-
-
-def _text(label: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(label, value, "a non-empty string")
-    return value.strip()
-
-
-def _int_between(low: int, high: int) -> Any:
-    def parse(label: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ConfigError(label, value, f"an integer in [{low}, {high}]")
-        return value
-
-    return parse
-
-
-def _dialect(label: str, value: Any) -> str:
-    for choice in DIALECTS:
-        if isinstance(value, str) and value.upper() == choice.upper():
-            return choice
-    raise ConfigError(label, value, "one of " + ", ".join(DIALECTS))
-
-
-def _bool(label: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(label, value, "true or false")
-    return value
-
-
 def parse_datetime(label: str, value: Any) -> dt.datetime:
     """A TOML date / date-time or an ISO 8601 string, as an aware UTC datetime."""
     if isinstance(value, str):
@@ -108,7 +76,7 @@ def parse_datetime(label: str, value: Any) -> dt.datetime:
 
 
 def _schedule(label: str, value: Any) -> str:
-    text = _text(label, value)
+    text = validators.text(label, value)
     if text in CRON_PRESETS:
         return text
     from croniter import croniter
@@ -118,37 +86,31 @@ def _schedule(label: str, value: Any) -> str:
     return text
 
 
-def _fraction(label: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise ConfigError(label, value, "a number in (0, 1]: the share of key buckets compared (1 = every row)")
-    return float(value)
-
-
 PARSERS: dict[str, Any] = {
-    "change_stream": _identifier,
+    "change_stream": identifier,
     "start_date": parse_datetime,
     "schedule": _schedule,
-    "catchup": _bool,
-    "waves": _int_between(1, 10),
-    "project": _text,
-    "instance": _text,
-    "database": _text,
-    "dialect": _dialect,
-    "heartbeat_ms": _int_between(1000, 300_000),
+    "catchup": boolean,
+    "waves": int_between(1, 10),
+    "project": text,
+    "instance": text,
+    "database": text,
+    "dialect": choice(*DIALECTS),
+    "heartbeat_ms": int_between(1000, 300_000),
     "output_root": output_root,
-    "concurrency": _int_between(1, 256),
-    "snapshot": _bool,
-    "current_state": _bool,
-    "current_state_keep": _int_between(1, 10_000),
-    "verify": _bool,
-    "verify_fraction": _fraction,
+    "concurrency": int_between(1, 256),
+    "snapshot": boolean,
+    "current_state": boolean,
+    "current_state_keep": int_between(1, 10_000),
+    "verify": boolean,
+    "verify_fraction": fraction,
 }
 ACCEPTED_KEYS = ("name", *PARSERS)
 
 
 def parse_stream(key: str, table: Any) -> StreamConfig:
     """Validate one `[streams.<key>]` table."""
-    name = _identifier(f"streams.{key}", key)
+    name = identifier(f"streams.{key}", key)
     if not isinstance(table, Mapping):
         raise ConfigError(f"streams.{key}", table, "a TOML table [streams.<name>]")
     values: dict[str, Any] = {}

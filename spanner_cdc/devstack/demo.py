@@ -1,4 +1,5 @@
-"""The one-command demo (embedded Postgres, local Spanner in accelerated past time, workload, hourly DAG runs) and `up`."""
+"""The one-command demo (embedded Postgres, local Spanner in accelerated past time, workload, hourly DAG runs) and `up` (what
+cli/commands/demo.py's commands run)."""
 
 from __future__ import annotations
 

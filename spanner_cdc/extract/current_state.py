@@ -1,4 +1,6 @@
-"""Current-state Iceberg tables at each closed window's end: the window's changes applied as one snapshot per table."""
+"""Current-state Iceberg tables at each closed window's end: the window's changes applied as one snapshot per table
+(the run over the lineage's windows; lake/current_state.py is the pure fold of one table's changes, lake/state_table.py
+the Iceberg side, spark/state_job.py its job)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.errors import ConfigError
 from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.window import _store, _stream, layout_of
 from spanner_cdc.lake import storage
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from spanner_cdc.store.models import WindowRow
 
 log = logging.getLogger(__name__)
-DEFAULT_KEEP = 24  # window snapshots kept per state table (older ones are expired once a newer one is committed)
-KEEP_ENV = "SPANNER_CDC_CURRENT_STATE_KEEP"
 FACT_COLUMNS = ["object", "commit_timestamp", "change_type", "column_types", "value_capture_type"]
 
 
@@ -52,13 +51,6 @@ def _z(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def keep_count() -> int:
-    import os
-
-    text = os.environ.get(KEEP_ENV, str(DEFAULT_KEEP)).strip()
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigError(KEEP_ENV, text, "an integer >= 1 (window snapshots kept per state table)")
-    return int(text)
 
 
 def state_catalog(settings: Settings) -> Catalog:
@@ -259,7 +251,7 @@ def update_current_state(
     table; the first time, the initial snapshot seeds the tables. A window no table needed is not reported."""
     from spanner_cdc.lake.iceberg import _dispose
 
-    layout, keep = layout_of(settings), keep or keep_count()
+    layout, keep = layout_of(settings), keep or settings.current_state_keep
     catalog = state_catalog(settings)
     try:
         with _store(settings) as store:

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError, setting
 from spanner_cdc.extract.planning import check_retention, effective_start, root_partitions
-from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims, lease_duration, liveness_enabled
+from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims
 from spanner_cdc.extract.wave import extract_wave
 from spanner_cdc.lake import storage
-from spanner_cdc.lake.check import driver_rows, driver_transaction_check
+from spanner_cdc.lake.check import driver_transaction_check
 from spanner_cdc.lake.completeness import completeness_record
 from spanner_cdc.lake.iceberg import land_window
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
@@ -278,7 +278,7 @@ def extract_tokens(
     stream, method = _stream(settings), _read_method(read_method)
     if not tokens:
         return []
-    lease, liveness = lease_duration(), liveness_enabled()
+    lease, liveness = settings.lease, settings.liveness == "lock"
     # Spark, the dialect and the partition mode first: a JVM start must not eat into the leases of claimed tokens
     source = source or RunSource(settings)
     dialect, partition_mode = source.dialect, source.partition_mode(stream)
@@ -303,6 +303,10 @@ def extract_tokens(
             window_end=end,
             read_method=method,
             connection=_connection(settings, dialect, partition_mode),
+            writer=settings.lake_writer,
+            group_tokens=settings.wave_group_tokens,
+            task_tokens=settings.task_tokens,
+            task_threads=settings.task_threads,
         )
         tracker = _ProgressTracker(Progress(waiting=len(claims), tokens=[c.token for c in claims]), progress)
         # the arrow writer lands a group of tokens per Spark job and commits them together; Spark's own
@@ -440,7 +444,7 @@ def _transaction_check(settings: Settings, files: Sequence[ManifestFile], start:
     small (no Spark job, which costs more than the reading), counted by Spark where they are otherwise, so
     the driver's memory stays bounded whatever the window's size."""
     paths, rows = [f.path for f in files], sum(f.rows for f in files)
-    if rows <= driver_rows():
+    if rows <= settings.check_driver_rows:
         return driver_transaction_check(paths, window_start=start, window_end=end)
     from spanner_cdc.spark.check import transaction_check
     from spanner_cdc.spark.session import spark_session
@@ -462,7 +466,7 @@ def _held_elsewhere(store: MetadataStore, lineage_id: int, end: datetime) -> lis
 def _wait_for_held_tokens(settings: Settings, end: datetime) -> list[TokenTask]:
     """Nothing is ready, but tokens of the window are held elsewhere: look again every HELD_POLL_S until some
     are READY (their run died or their lease passed, or their children were promoted), or none is held."""
-    interval = min(HELD_POLL_S, lease_duration().total_seconds() / 4)
+    interval = min(HELD_POLL_S, settings.lease_s / 4)
     with _store(settings) as store:
         lineage = store.get_lineage(_stream(settings), settings.namespace)
         announced: set[str] = set()
@@ -491,10 +495,8 @@ def run_window(
     """Plan, then waves of ready tokens (children born in the window join later waves), then close."""
     started = time.monotonic()
     from spanner_cdc.spark.session import start_in_background
-    from spanner_cdc.spark.token_job import task_tokens
 
-    lease_duration(), liveness_enabled(), driver_rows(), task_tokens()  # a bad setting stops the run before it changes anything
-    _window(window_start, window_end)  # and a bad window before the database is asked anything
+    _window(window_start, window_end)  # a bad window stops the run before the database is asked anything (settings were checked as loaded)
     start_in_background(settings)  # a driver's JVM starts while the window is planned
     source = source or RunSource(settings)
     plan = plan_window(settings, window_start, window_end, read_method=read_method, source=source)

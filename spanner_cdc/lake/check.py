@@ -1,4 +1,5 @@
-"""The window's transaction check in the driver: the checked columns of a few files read with pyarrow and grouped by transaction."""
+"""The window's transaction check in the driver: the checked columns of a few files read with pyarrow and grouped by transaction
+(the same check as spark/check.py, which gives the same result for windows too large for the driver)."""
 
 from __future__ import annotations
 
@@ -12,23 +13,16 @@ import pyarrow.compute as pc
 
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import LAKE_SCHEMA
-from spanner_cdc.settings import env_int
 
 MAX_LISTED = 20
 # what the check reads of each file
 CHECKED_COLUMNS = ("uuid", "commit_timestamp", "server_transaction_id", "record_sequence", "number_of_records_in_transaction")
 CHECKED = pa.schema([LAKE_SCHEMA.field(name) for name in CHECKED_COLUMNS])
 
-# Up to this many rows in the files overlapping a window (the manifest's counts) the close checks them in
-# the driver; above it, Spark aggregates them where they are, so the driver's memory stays bounded
+# Up to Settings.check_driver_rows rows in the files overlapping a window (the manifest's counts) the close checks them
+# in the driver; above it, Spark aggregates them where they are, so the driver's memory stays bounded
 # (2,000,000 rows of the checked columns take ~200 MB). 0 always uses Spark.
-DRIVER_ROWS_ENV = "SPANNER_CDC_CHECK_DRIVER_ROWS"
-DRIVER_ROWS = 2_000_000
 READERS = 8  # files read at once (a bucket's latency, not the CPU, is what they wait on)
-
-
-def driver_rows() -> int:
-    return env_int(DRIVER_ROWS_ENV, DRIVER_ROWS, 0, 100_000_000)
 
 
 def empty_check() -> dict[str, Any]:
@@ -70,7 +64,7 @@ def driver_transaction_check(paths: Sequence[str], *, window_start: datetime, wi
     with ThreadPoolExecutor(max_workers=min(READERS, len(paths))) as pool:
         tables = list(pool.map(_read_columns, paths))
     # files that hold the columns alike are cast together: a cast per file cost more than reading a small file
-    # (1,723 files of 1,000 partitions: 1.33 -> 0.75 s, medians of 5); the rows read are bounded by driver_rows() as before
+    # (1,723 files of 1,000 partitions: 1.33 -> 0.75 s, medians of 5); the rows read are bounded by Settings.check_driver_rows as before
     alike: dict[tuple[tuple[str, str], ...], list[pa.Table]] = {}
     for table in tables:
         alike.setdefault(tuple((field.name, str(field.type)) for field in table.schema), []).append(table)

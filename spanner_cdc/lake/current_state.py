@@ -1,4 +1,5 @@
-"""Current-state tables, the pure part: Spanner values typed, a window's changes folded per key, the state's columns."""
+"""Current-state tables, the pure part: Spanner values typed, a window's changes folded per key, the state's columns
+(the fold a task runs; extract/current_state.py runs it over the lineage's windows)."""
 
 from __future__ import annotations
 

@@ -11,25 +11,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from spanner_cdc.errors import ConfigError
+from spanner_cdc.validators import fraction
 
 SHOWN = 20  # mismatches kept (and printed) per verify: the first ones in key order; the counts are whole
 
 
 def check_fraction(value: object) -> float:
     """`--fraction`: the share of key buckets compared, in (0, 1]."""
-    try:
-        number = float(str(value))
-    except ValueError:
-        number = math.nan
-    if not 0 < number <= 1:  # NaN fails too
-        raise ConfigError("--fraction", value, "a number in (0, 1]: the share of key buckets compared (1 = every row)")
-    return number
+    return fraction("--fraction", value)
 
 
-def choose_buckets(fraction: float, seed: int, total: int) -> list[int]:
-    """The buckets a verify compares: ceil(fraction x total) of them (at least one), drawn with `seed`."""
-    count = max(1, math.ceil(check_fraction(fraction) * total - 1e-9))
+def choose_buckets(share: float, seed: int, total: int) -> list[int]:
+    """The buckets a verify compares: ceil(share x total) of them (at least one), drawn with `seed`."""
+    count = max(1, math.ceil(check_fraction(share) * total - 1e-9))
     return sorted(random.Random(seed).sample(range(total), min(count, total)))
 
 

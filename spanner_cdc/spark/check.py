@@ -1,4 +1,5 @@
-"""The window's transaction check as Spark aggregations, for windows too large for the driver: only counts and a few examples reach it."""
+"""The window's transaction check as Spark aggregations, for windows too large for the driver: only counts and a few examples reach it
+(the same check as lake/check.py's in the driver, with the same result)."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from spanner_cdc.errors import ExtractError
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import TIMESTAMP
 from spanner_cdc.lake.current_state import CHANGE_COLUMNS, KeyChange, fold, key_text
+from spanner_cdc.spark import registry
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -305,9 +306,7 @@ def _payload(tasks: list[StateTask]) -> str:
 
 def run_state_job(spark: SparkSession, tasks: list[StateTask]) -> list[tuple[str, str, DataFile]]:
     """Driver side: the tasks run in Spark; only the written files' entries (table, kind, DataFile) come back."""
-    from spanner_cdc.spark.session import ensure_source_registered
-
-    ensure_source_registered(spark)
+    registry.register(spark, StateDataSource)
     try:
         rows = spark.read.format(STATE_SOURCE).schema(STATE_DDL).option("tasks", _payload(tasks)).load().collect()
     except Exception as exc:  # pyspark raises its own (classic or Connect) exception types

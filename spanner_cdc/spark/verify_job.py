@@ -15,6 +15,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from spanner_cdc.errors import ExtractError
 from spanner_cdc.lake.current_state import key_text, typed
 from spanner_cdc.lake.verify_rows import SHOWN, row_hash, state_problem
+from spanner_cdc.spark import registry
 from spanner_cdc.spark.state_job import Candidate, _bucketer, _deleted_positions
 
 if TYPE_CHECKING:
@@ -169,9 +170,7 @@ def run_verify_job(spark: SparkSession, tasks: list[VerifyTask]) -> dict[str, Co
     mismatching keys come back (one action: the source is read once)."""
     from pyspark.sql import functions as F
 
-    from spanner_cdc.spark.session import ensure_source_registered
-
-    ensure_source_registered(spark)
+    registry.register(spark, VerifyDataSource)
     rows = (
         spark.read.format(VERIFY_SOURCE)
         .schema(VERIFY_DDL)

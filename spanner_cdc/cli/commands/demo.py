@@ -1,5 +1,5 @@
 """`spanner-cdc demo` (the whole pipeline on embedded services, with a summary), `spanner-cdc up` (the Airflow UI) and
-`spanner-cdc down` (stops the embedded Postgres)."""
+`spanner-cdc down` (stops the embedded Postgres): the commands of devstack/demo.py."""
 
 from __future__ import annotations
 

@@ -7,16 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
-from spanner_cdc.errors import ConfigError
 from spanner_cdc.lake.check import (
     CHECKED,
-    DRIVER_ROWS,
-    DRIVER_ROWS_ENV,
     MAX_LISTED,
     check_table,
-    driver_rows,
     driver_transaction_check,
     empty_check,
     iso_timestamp,
@@ -92,17 +87,6 @@ def test_the_files_are_read_and_checked_together(tmp_path: Path) -> None:
     only_orders = driver_transaction_check([p for p in paths if "Orders" in p], window_start=T0, window_end=E)
     assert only_orders["mismatched"] == 1 and only_orders["examples"][0]["landed_records"] == 1
     assert driver_transaction_check([], window_start=T0, window_end=E)["ok"] is True
-
-
-def test_the_driver_bound_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(DRIVER_ROWS_ENV, raising=False)
-    assert driver_rows() == DRIVER_ROWS
-    monkeypatch.setenv(DRIVER_ROWS_ENV, "0")
-    assert driver_rows() == 0
-    for bad in ("-1", "many", "100000001"):
-        monkeypatch.setenv(DRIVER_ROWS_ENV, bad)
-        with pytest.raises(ConfigError, match=f"{DRIVER_ROWS_ENV}.*an integer in"):
-            driver_rows()
 
 
 def test_files_that_hold_the_columns_differently_are_checked_as_one_window(tmp_path: Path) -> None:
