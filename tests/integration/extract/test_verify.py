@@ -214,3 +214,15 @@ def test_a_window_past_the_retentions_is_not_compared_and_the_result_says_why(
     log_part, [table] = result["change_log"], result["tables"]
     assert not log_part["checked"] and "retention_period (1d)" in log_part["reason"] and "no longer holds it" in log_part["reason"]
     assert table["skipped"] and "version_retention_period" in table["skipped"] and table["lake_rows"] == 0, table
+
+
+def test_verify_runs_on_spark_connect(lake: tuple[Any, list[datetime]], spark_connect_server: Any) -> None:
+    """The `spanner_verify` data source's tasks run in a Spark Connect server's Python workers alike."""
+    import dataclasses
+
+    settings, bounds = lake
+    local = run_verify(settings, window_end=bounds[2], fraction=0.5, seed=11)
+    remote = run_verify(dataclasses.replace(settings, spark_master=spark_connect_server.url), window_end=bounds[2], fraction=0.5, seed=11)
+    assert remote.ok and local.ok and remote.buckets == local.buckets
+    assert [(t.table, t.lake_rows, t.source_rows) for t in remote.tables] == [(t.table, t.lake_rows, t.source_rows) for t in local.tables]
+    assert 0 < remote.tables[0].source_rows < 51
