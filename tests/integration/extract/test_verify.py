@@ -226,3 +226,22 @@ def test_verify_runs_on_spark_connect(lake: tuple[Any, list[datetime]], spark_co
     assert remote.ok and local.ok and remote.buckets == local.buckets
     assert [(t.table, t.lake_rows, t.source_rows) for t in remote.tables] == [(t.table, t.lake_rows, t.source_rows) for t in local.tables]
     assert 0 < remote.tables[0].source_rows < 51
+
+
+def test_a_postgresql_database_verifies_clean_and_a_tampered_row_is_found(
+    make_spanner_database: Any, extract_settings: Any, store: MetadataStore, spark: Any
+) -> None:
+    ddl = [
+        'CREATE TABLE "Accounts" ("Id" bigint NOT NULL, "Owner" varchar, "Balance" bigint, "Opened" timestamptz, PRIMARY KEY ("Id"))',
+        f"CREATE CHANGE STREAM {STREAM} FOR ALL",
+    ]
+    settings, bounds = build_lake(make_spanner_database(ddl, "POSTGRESQL"), extract_settings)
+    clean = run_verify(settings)
+    assert clean.ok and clean.tables[0].source_rows == 51 and clean.change_log is not None and clean.change_log.source_rows == 33
+    layout = LakeLayout(settings.output_root, STREAM, settings.namespace)
+    path = state_file_with(settings, layout, bounds[2], 7)
+    data = pq.read_table(path)
+    opened = pc.if_else(pc.equal(data.column("Id"), 7), pa.scalar(None, data.schema.field("Opened").type), data.column("Opened"))
+    pq.write_table(data.set_column(data.column_names.index("Opened"), data.schema.field("Opened"), opened), path)
+    found = run_verify(settings)
+    assert found.mismatches == 1 and [(m.table, m.key, m.problem) for m in found.examples] == [("Accounts", '{"Id":7}', "values differ")]
