@@ -220,9 +220,14 @@ def test_verify_runs_on_spark_connect(lake: tuple[Any, list[datetime]], spark_co
     """The `spanner_verify` data source's tasks run in a Spark Connect server's Python workers alike."""
     import dataclasses
 
+    from spanner_cdc.spark.session import stop_sessions
+
     settings, bounds = lake
     local = run_verify(settings, window_end=bounds[2], fraction=0.5, seed=11)
-    remote = run_verify(dataclasses.replace(settings, spark_master=spark_connect_server.url), window_end=bounds[2], fraction=0.5, seed=11)
+    try:
+        remote = run_verify(dataclasses.replace(settings, spark_master=spark_connect_server.url), window_end=bounds[2], fraction=0.5, seed=11)
+    finally:
+        stop_sessions()  # while the Connect server lives (it stops before the run's own teardown would release it)
     assert remote.ok and local.ok and remote.buckets == local.buckets
     assert [(t.table, t.lake_rows, t.source_rows) for t in remote.tables] == [(t.table, t.lake_rows, t.source_rows) for t in local.tables]
     assert 0 < remote.tables[0].source_rows < 51
