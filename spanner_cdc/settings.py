@@ -169,7 +169,7 @@ class Settings:
         default=Path(".local/lake"), metadata=_meta(output_root, "root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix")
     )
     iceberg_catalog: str = field(
-        default="off", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: off, store, or a REST/Hive catalog URL")
+        default="store", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: store (default), off, or a REST/Hive catalog URL")
     )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
     namespace: str = field(default="live", metadata=_meta(_identifier, "lineage namespace"))

@@ -137,7 +137,8 @@ def test_a_bad_spark_master_is_named_without_its_token() -> None:
 
 
 def test_the_iceberg_catalog_is_off_store_or_a_catalog_url() -> None:
-    assert load_settings(env={}).iceberg_catalog == "off"
+    assert load_settings(env={}).iceberg_catalog == "store"  # on by default
+    assert load_settings(env={"SPANNER_CDC_ICEBERG_CATALOG": "OFF"}).iceberg_catalog == "off"
     assert load_settings(env={"SPANNER_CDC_ICEBERG_CATALOG": "Store"}).iceberg_catalog == "store"
     assert load_settings({"iceberg_catalog": "https://catalog.example/api/"}).iceberg_catalog == "https://catalog.example/api"
     assert load_settings({"iceberg_catalog": "thrift://metastore:9083"}).iceberg_catalog == "thrift://metastore:9083"

@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")
     show.add_argument("--output-root", help="root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (SPANNER_CDC_OUTPUT_ROOT)")
     show.add_argument(
-        "--iceberg-catalog", help="store (the metadata store's SQL catalog, the default here) or a REST/Hive catalog URL "
+        "--iceberg-catalog", help="store (the metadata store's SQL catalog, the default; off reads it too) or a REST/Hive catalog URL "
         "(SPANNER_CDC_ICEBERG_CATALOG)",
     )  # fmt: skip
     show.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
