@@ -96,6 +96,22 @@ def _iceberg_catalog(name: str, value: Any) -> str:
     raise ConfigError(name, text.split("://", 1)[0] + "://***" if "@" in text else text, ICEBERG_CATALOG_ACCEPTED)
 
 
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+SIZE_ACCEPTED = "a size in bytes from 1KB to 16GB: an integer, or a number with KB, MB or GB (powers of 1024)"
+
+
+def byte_size(name: str, value: Any) -> int:
+    """A size such as 268435456, `256MB` or `256 MiB` (units are powers of 1024), in [1 KB, 16 GB]."""
+    match = None if isinstance(value, bool) else _SIZE.match(str(value))
+    if match is None:
+        raise ConfigError(name, value, SIZE_ACCEPTED)
+    size = int(match.group(1)) * _UNITS[(match.group(2) or "").upper().replace("IB", "B")]
+    if not 1 << 10 <= size <= 16 << 30:
+        raise ConfigError(name, value, SIZE_ACCEPTED)
+    return size
+
+
 def _spark_master(name: str, value: Any) -> str:
     text = str(value)
     if not SPARK_MASTER.match(text):
@@ -171,6 +187,9 @@ class Settings:
     iceberg_catalog: str = field(
         default="store", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: store (default), off, or a REST/Hive catalog URL")
     )
+    target_file_size: int = field(
+        default=256 << 20, metadata=_meta(byte_size, "size of a lake file: a landed file rolls to the next past it, compaction aims at it")
+    )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
     namespace: str = field(default="live", metadata=_meta(_identifier, "lineage namespace"))
     concurrency: int = field(default=4, metadata=_meta(_int_between(1, 256), "tokens extracted at once"))
@@ -237,7 +256,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
     return Settings(**values)
 
 
-SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
+SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "target_file_size", "spark_master",
                      "namespace", "concurrency", "heartbeat_ms", "home")  # fmt: skip
 
 

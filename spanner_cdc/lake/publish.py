@@ -130,6 +130,18 @@ def _move_into_place(staged: StagedFile, dest: Path, entry: Callable[..., Manife
     return entry(path=str(dest), rows=rows, bytes=size, table_name=staged.table)
 
 
+def prepare_attempt(layout: LakeLayout, token: str, committed: Callable[[datetime, datetime], Collection[str]]) -> None:
+    """The lake's one step before an attempt of `token` runs: what a crashed attempt journaled, published and never
+    committed deleted (`committed(window_start, window_end)` gives the manifest's paths of that attempt's window),
+    and its staging cleared. A wave task's files, shared by its tokens, are journaled by none of them: those of a
+    crashed task are deleted when their window closes (`markers.remove_window_orphans`)."""
+    journal = read_journal(layout, token)
+    if journal is not None:
+        done = committed(datetime.fromisoformat(journal["window_start"]), datetime.fromisoformat(journal["window_end"]))
+        remove_orphans(layout, token, done)
+    clear_old_attempts(layout, token)
+
+
 def begin_attempt(
     layout: LakeLayout, token: str, *, lineage_id: int, range_start: datetime, range_end: datetime,
     window_start: datetime, window_end: datetime,
