@@ -34,6 +34,14 @@ HOURLY_DAG_PREFIX = "spanner_cdc_hourly__"
 BACKFILL_DAG_ID = "spanner_cdc_backfill"
 # The Airflow pool that bounds concurrent change stream queries across every DAG of the project.
 SPANNER_POOL = "spanner_cdc_spanner_queries"
+MAINTENANCE_DAG_PREFIX = "spanner_cdc_maintenance__"
+# The pool of the maintenance DAGs (one slot): maintenance never takes a slot the hourly extracts need.
+MAINTENANCE_POOL = "spanner_cdc_maintenance"
+
+
+def maintenance_dag_id(stream_name: str) -> str:
+    """The lake maintenance DAG of the configured stream `[streams.<stream_name>]`."""
+    return MAINTENANCE_DAG_PREFIX + stream_name
 
 
 def hourly_dag_id(stream_name: str) -> str:

@@ -8,6 +8,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,24 @@ def byte_size(name: str, value: Any) -> int:
     return size
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+DURATION_ACCEPTED = "a duration: seconds, or a number with s, m, h or d (such as 24h or 7d), from 0 to 3650d"
+
+
+def duration(name: str, value: Any) -> timedelta:
+    """A duration such as 86400, `24h` or `7d`."""
+    if isinstance(value, timedelta):
+        return value
+    match = None if isinstance(value, bool) else _DURATION.match(str(value))
+    if match is None:
+        raise ConfigError(name, value, DURATION_ACCEPTED)
+    seconds = float(match.group(1)) * _SECONDS[match.group(2).lower()]
+    if seconds > 3650 * 86_400:
+        raise ConfigError(name, value, DURATION_ACCEPTED)
+    return timedelta(seconds=seconds)
+
+
 def _spark_master(name: str, value: Any) -> str:
     text = str(value)
     if not SPARK_MASTER.match(text):
@@ -190,6 +209,12 @@ class Settings:
     target_file_size: int = field(
         default=256 << 20, metadata=_meta(byte_size, "size of a lake file: a landed file rolls to the next past it, compaction aims at it")
     )
+    snapshot_retention: timedelta = field(
+        default=timedelta(days=7), metadata=_meta(duration, "lake maintain expires Iceberg snapshots older than this")
+    )
+    orphan_min_age: timedelta = field(
+        default=timedelta(hours=24), metadata=_meta(duration, "lake maintain removes unlisted files only once older than this")
+    )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
     namespace: str = field(default="live", metadata=_meta(_identifier, "lineage namespace"))
     concurrency: int = field(default=4, metadata=_meta(_int_between(1, 256), "tokens extracted at once"))
@@ -256,7 +281,8 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
     return Settings(**values)
 
 
-SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "target_file_size", "spark_master",
+SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "target_file_size",
+                     "snapshot_retention", "orphan_min_age", "spark_master",
                      "namespace", "concurrency", "heartbeat_ms", "home")  # fmt: skip
 
 
@@ -265,7 +291,8 @@ def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:
     # nor pyspark's Connect markers of this process (a spark-submit child on a standalone master failed with them)
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX) and k not in names.SPARK_CONNECT_MARKERS}
     for name in SUBPROCESS_FIELDS:
-        env[ENV_PREFIX + name.upper()] = str(getattr(settings, name))
+        value = getattr(settings, name)
+        env[ENV_PREFIX + name.upper()] = str(value.total_seconds() if isinstance(value, timedelta) else value)
     env["SPANNER_EMULATOR_HOST"] = str(settings.emulator_host)
     env.update(extra)
     return env

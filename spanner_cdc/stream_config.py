@@ -11,7 +11,7 @@ from typing import Any
 
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.names import IDENTIFIER, hourly_dag_id
-from spanner_cdc.settings import DIALECTS, Settings, output_root
+from spanner_cdc.settings import DIALECTS, Settings, byte_size, duration, output_root
 
 CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 DATETIME_HINT = "an ISO 8601 date-time such as 2024-01-01T00:00:00Z (no zone means UTC)"
@@ -37,6 +37,10 @@ class StreamConfig:
     snapshot: bool = False  # the first run reads every watched table at its window start (the initial snapshot)
     current_state: bool = False  # each closed window: every table's state as of its end under current/
     current_state_keep: int = 24  # states kept (older ones deleted)
+    maintenance_schedule: str = "@daily"  # the stream's lake maintenance DAG
+    target_file_size: int | None = None
+    snapshot_retention: dt.timedelta | None = None
+    orphan_min_age: dt.timedelta | None = None
 
     @property
     def dag_id(self) -> str:
@@ -45,7 +49,8 @@ class StreamConfig:
     def settings(self, base: Settings) -> Settings:
         """`base` with this stream's values on top: per-stream values win over the global ones."""
         overrides: dict[str, Any] = {"stream": self.change_stream}
-        for name in ("project", "instance", "database", "dialect", "heartbeat_ms", "output_root", "concurrency"):
+        for name in ("project", "instance", "database", "dialect", "heartbeat_ms", "output_root", "concurrency",
+                     "target_file_size", "snapshot_retention", "orphan_min_age"):  # fmt: skip
             value = getattr(self, name)
             if value is not None:
                 overrides[name] = value
@@ -133,6 +138,10 @@ PARSERS: dict[str, Any] = {
     "snapshot": _bool,
     "current_state": _bool,
     "current_state_keep": _int_between(1, 10_000),
+    "maintenance_schedule": _schedule,
+    "target_file_size": byte_size,
+    "snapshot_retention": duration,
+    "orphan_min_age": duration,
 }
 ACCEPTED_KEYS = ("name", *PARSERS)
 

@@ -72,12 +72,19 @@ def example_bag(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return run_json(DAGBAG.format(dags=str(DAGS)), env)
 
 
-def test_no_import_errors_and_one_hourly_dag_per_stream(example_bag: dict) -> None:
+def test_no_import_errors_and_one_hourly_and_one_maintenance_dag_per_stream(example_bag: dict) -> None:
     with EXAMPLE.open("rb") as handle:
         names = sorted(tomllib.load(handle)["streams"])
     assert example_bag["errors"] == {}
-    expected = {f"spanner_cdc_hourly__{name}" for name in names} | {"spanner_cdc_backfill"}
+    expected = {f"spanner_cdc_{kind}__{name}" for name in names for kind in ("hourly", "maintenance")} | {"spanner_cdc_backfill"}
     assert set(example_bag["dags"]) == expected
+
+
+def test_maintenance_dag_runs_apart_from_the_extracts(example_bag: dict) -> None:
+    dag = example_bag["dags"]["spanner_cdc_maintenance__orders"]
+    assert (dag["max_active_runs"], dag["catchup"]) == (1, False)
+    maintain = dag["tasks"]["maintain"]
+    assert maintain["pool"] == "spanner_cdc_maintenance" and maintain["retries"] > 0
 
 
 def test_hourly_dag_wiring(example_bag: dict) -> None:

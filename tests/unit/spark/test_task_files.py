@@ -90,6 +90,7 @@ def test_a_failed_write_leaves_no_file_and_a_dropped_spool_nothing(tmp_path: Pat
 def test_the_content_digest_names_the_tokens_and_ranges_landed(tmp_path: Path) -> None:
     one, two = spec(tmp_path, token="a"), spec(tmp_path, token="b")
     later = spec(tmp_path, token="a", read_from=T0 + timedelta(seconds=1))
-    digests = {task_files.content_digest(s) for s in ([one], [two], [one, two], [later])}
-    assert len(digests) == 4
+    rolled = spec(tmp_path, token="a", file_bytes=1 << 20)  # another roll size cuts the files elsewhere
+    digests = {task_files.content_digest(s) for s in ([one], [two], [one, two], [later], [rolled])}
+    assert len(digests) == 5
     assert task_files.content_digest([one, two]) == task_files.content_digest([spec(tmp_path, token="a"), two])
