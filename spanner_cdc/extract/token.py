@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, SpannerCdcError
@@ -202,13 +203,22 @@ def attempt_spec(job: ExtractJob, claim: Claim, read_from: datetime, read_to: da
     )  # fmt: skip
 
 
-def prepare(job: ExtractJob, token: str) -> None:
-    """The lake's one step before an attempt of `token`: what a crashed attempt left, cleaned up (`lake/publish.py`)."""
+def prepare(job: ExtractJob, spec: TokenJobSpec, task: Sequence[tuple[str, int]] = ()) -> None:
+    """The lake's one step before an attempt (`lake/publish.py`): what a crashed attempt left, cleaned up, and, when
+    the executor publishes the files itself (a wave task's, named from `spec.file_stem`), this attempt's names
+    journaled with the task's (token, attempt)s."""
 
     def committed(window_start: datetime, window_end: datetime) -> set[str]:
         return {f.path for f in job.store.manifest(job.lineage_id, window_start=window_start, window_end=window_end)}
 
-    prepare_attempt(job.layout, token, committed)
+    journal = None
+    if spec.file_stem:
+        journal = {
+            "lineage_id": job.lineage_id, "range_start": spec.read_from, "range_end": spec.read_to,
+            "window_start": job.window_start, "window_end": job.window_end, "stem": spec.file_stem, "task": task,
+        }  # fmt: skip
+    running = partial(job.store.any_attempt_running, job.lineage_id)
+    prepare_attempt(job.layout, spec.token, committed=committed, running=running, journal=journal)
 
 
 def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
@@ -221,7 +231,7 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         return TokenResult(token, 0, 0, False, read_to, promoted, 0, read_from, read_to)
     try:
         spec = attempt_spec(job, claim, read_from, read_to)
-        prepare(job, token)
+        prepare(job, spec)
         log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, short_token(token), read_from.isoformat(), read_to.isoformat(), claim.attempt)
         summary = run_token_job(job.spark, spec)
         failpoint("after_job")

@@ -23,6 +23,7 @@ from spanner_cdc.extract.token import (
     record_failure,
 )
 from spanner_cdc.lake.layout import task_file_stem
+from spanner_cdc.lake.publish import clear_journal
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
 from spanner_cdc.settings import env_int
@@ -125,25 +126,28 @@ def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> list[_Landed]:
     """Prepare each token's attempt, run the group's Spark job, and check what each token landed; failures are recorded."""
     read_to = inclusive_end(job.window_end)
     by_token = {claim.token: claim for claim in group}
+    planned = [_named(job, task) for task in plan_tasks([attempt_spec(job, c, c.read_from, read_to) for c in group])]
+    members = {spec.token: [(s.token, by_token[s.token].attempt) for s in task] for task in planned for spec in task}
 
-    def prepared(claim: Claim) -> BaseException | None:
+    def prepared(spec: TokenJobSpec) -> BaseException | None:
         try:
-            prepare(job, claim.token)
+            prepare(job, spec, members[spec.token])
         except Exception as exc:  # noqa: BLE001 - this token's failure, recorded below
             return exc
         return None
 
-    # each prepare waits on the lake (a crashed attempt's files removed): the group's prepares wait together
-    with ThreadPoolExecutor(max_workers=min(len(group), START_THREADS) or 1) as pool:
-        failures = list(pool.map(prepared, group))
-    ready = []
-    for claim, failure in zip(group, failures, strict=True):
-        if failure is None:
-            ready.append(attempt_spec(job, claim, claim.read_from, read_to))
-        else:
+    # each prepare waits on the lake (a crashed attempt's files removed, a journal written): they wait together
+    specs = [spec for task in planned for spec in task]
+    with ThreadPoolExecutor(max_workers=min(len(specs), START_THREADS) or 1) as pool:
+        failures = dict(zip([s.token for s in specs], pool.map(prepared, specs), strict=True))
+    for claim in group:
+        failure = failures[claim.token]
+        if failure is not None:
             record_failure(job, claim, failure)
             out.errors.append((claim, failure))
-    tasks = [_named(job, task) for task in plan_tasks(ready)]
+    tasks = [[s for s in task if failures[s.token] is None] for task in planned]
+    tasks = [task for task in tasks if task]
+    ready = [s for task in tasks for s in task]
     for spec in ready:
         log.info("%s %s: reading %s .. %s in a wave job", job.stream, short_token(spec.token), spec.read_from.isoformat(),
                  read_to.isoformat())  # fmt: skip
@@ -288,6 +292,7 @@ def _commit(job: ExtractJob, landed: list[_Landed], out: _Outcomes, started: flo
         if item.claim.token not in done:
             continue
         failpoint("after_commit")
+        clear_journal(job.layout, item.claim.token)  # committed: its files are the manifest's now
         summary = item.summary
         results[item.claim.token] = TokenResult(
             token=item.claim.token, records=summary.rows, files=len(item.completion.files), finished=summary.finished,

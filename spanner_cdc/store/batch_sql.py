@@ -100,3 +100,13 @@ RENEW_MANY = sa.text(
     RETURNING p.token, p.lease_expires_at
     """
 )
+ANY_ATTEMPT_RUNNING = sa.text(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM cdc_partitions p
+        JOIN unnest(CAST(:tokens AS text[]), CAST(:attempts AS integer[])) AS a(token, attempt) ON a.token = p.token
+        WHERE p.lineage_id = :lineage_id AND p.token = ANY(CAST(:tokens AS text[])) AND p.state = 'RUNNING'
+          AND p.attempts = a.attempt
+    )
+    """
+)

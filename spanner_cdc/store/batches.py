@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, Row
 from spanner_cdc.lineage import rules
 from spanner_cdc.source.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
 from spanner_cdc.store.base import StoreBase, utc_required
-from spanner_cdc.store.batch_sql import LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
+from spanner_cdc.store.batch_sql import ANY_ATTEMPT_RUNNING, LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
 from spanner_cdc.store.models import BatchResult, Claim, Completion, LeaseLost
 from spanner_cdc.store.transition_sql import (
     INSERT_CHILDREN,
@@ -191,6 +191,13 @@ class BatchTransitions(StoreBase):
             INSERT_EDGES,
             {"lineage_id": lineage_id, "children": [c for c, _ in edges], "parents": [p for _, p in edges]},
         )
+
+    def any_attempt_running(self, lineage_id: int, attempts: Sequence[tuple[str, int]]) -> bool:
+        """Whether any of these (token, attempt) is still RUNNING: an attempt that may still commit what it wrote."""
+        if not attempts:
+            return False
+        params = {"lineage_id": lineage_id, "tokens": [t for t, _ in attempts], "attempts": [a for _, a in attempts]}
+        return bool(self._db.statement(lambda conn: conn.execute(ANY_ATTEMPT_RUNNING, params).scalar()))
 
     def renew_many(self, claims: Sequence[Claim], lease: timedelta) -> tuple[list[Claim], list[Claim]]:
         """Extend many held leases in one statement: (renewed claims with their new expiry, claims no longer ours)."""
