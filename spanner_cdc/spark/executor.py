@@ -21,7 +21,7 @@ from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import PARTITION_COLUMN
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
 from spanner_cdc.lake.layout import task_file_stem, task_object_name, token_digest
-from spanner_cdc.source.records import ChangeRecord, DataChangeRecord
+from spanner_cdc.model.records import ChangeRecord, DataChangeRecord
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 from spanner_cdc.spark.task_files import TaskFile, TaskFiles, TokenSpool, content_digest
