@@ -332,15 +332,21 @@ def commit_compaction(
 
 def _compact(table: Table, held: list[Any], paths: list[str], properties: dict[str, str], started: float) -> WindowCommit:
     from pyiceberg.table import _parquet_files_to_data_files
-    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.snapshots import Operation, Summary
     from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class Rewrite(_OverwriteFiles):
+        """pyiceberg (0.12) has no rewrite API, and sums up only append, overwrite and delete snapshots: an overwrite
+        whose summary is computed as one, then named `replace` (the same rows in other files), as Iceberg's own
+        compaction names it."""
+
+        def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 - pyiceberg's signature
+            summary = super()._summary(snapshot_properties)
+            return Summary(Operation.REPLACE, **summary.additional_properties)
 
     with table.transaction() as tx:
         data_files = list(_parquet_files_to_data_files(tx.table_metadata, paths, table.io))
-        # pyiceberg has no rewrite API yet: its overwrite with the `replace` operation (same rows, other files)
-        with _OverwriteFiles(
-            operation=Operation.REPLACE, transaction=tx, io=table.io, snapshot_properties=properties,
-        ) as snapshot:  # fmt: skip
+        with Rewrite(operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=properties) as snapshot:
             for old in held:
                 snapshot.delete_data_file(old)
             for new in data_files:

@@ -172,25 +172,52 @@ def test_killing_maintenance_at_random_moments_changes_nothing_a_reader_sees(
     ]
     for thread in threads:
         thread.start()
-    rng, kills = random.Random(29), 0
+    rng, kills, states = random.Random(29), 0, []
+    location = layout_of(settings).location
+    planted: list[str] = []
+
+    def run_and_kill(low: float, high: float) -> None:
+        nonlocal kills
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(low, high) * idle_s)  # moments before, in and after each step
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+            # where it was: manifest files (compaction swaps them), data files on disk (removal deletes them)
+            states.append((len(store.manifest(lineage.id)), len(published_locations(location))))
+        process.communicate()
+
+    # how long a run that has nothing to do takes on this machine (its start, mostly): the kills are spread over
+    # fractions and multiples of it, whatever the machine's load
+    began = time.monotonic()
+    idle = subprocess.run([*command, "--target-file-size", "16GB"], env=env, capture_output=True, text=True, timeout=300)
+    assert idle.returncode == 0, idle.stderr[-3000:]
+    idle_s = time.monotonic() - began
     try:
-        while kills < 10:
-            process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            time.sleep(rng.uniform(0.5, 4.0))  # the CLI's start is ~1-2 s here: moments before, in and after each step
-            if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
-                kills += 1
-            process.communicate()
+        for _ in range(5):  # over compaction
+            run_and_kill(0.7, 2.5)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)  # a re-run finishes it
+        assert done.returncode == 0, done.stderr[-3000:]
+        time.sleep(11)  # the replaced snapshots are past the retention now: each run expires them and removes files
+        while kills < 10:  # over expiry and orphan removal: each run also finds late writes to remove
+            committed = store.manifest(lineage.id)[0].path
+            for n in range(10):
+                late = committed.replace(".parquet", f"-late{kills}-{n}.parquet").replace("-c", "-latec", 1)
+                shutil.copyfile(committed, late)
+                os.utime(late, (time.time() - 3600, time.time() - 3600))
+                planted.append(late)
+            run_and_kill(0.8, 1.6)
         final = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
         assert final.returncode == 0, final.stderr[-3000:]
-        time.sleep(11)  # past the retention of the last replaced snapshots, with the readers still reading
-        maintain(aggressive)
+        time.sleep(0.5)
     finally:
         stop.set()
         for thread in threads:
             thread.join()
+    print("kills at (manifest files, data files):", states, "reads:", Counter(name for name, _ in reads))
     assert {name for name, _ in reads} >= {"iceberg", "markers"}
     assert [name for name, ok in reads if not ok] == []
+    assert not any(storage.exists(p) for p in planted)
     files = store.manifest(lineage.id)
     assert len(files) == 2 * len(windows)  # compacted
     assert set(published_locations(layout_of(settings).location + "/table_name=Accounts")) | set(
