@@ -1,5 +1,6 @@
 """Benchmark: data change records/s one local Spanner server serves to one reader and to four concurrent readers,
-and its write rate and table read rate (rows/s of a strong Read of every row, and of one at a past timestamp)."""
+its write rate and table read rate (rows/s of a strong Read of every row, and of one at a past timestamp), and the
+write transactions/s it commits for concurrent writer processes through the official client (no --fsync)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import SINGLE_PARTITION_SERVER_ARGS
+from bench import SINGLE_PARTITION_SERVER_ARGS, figures
 
 COMMAND = "python -m bench.bench_local_spanner"
 TARGET = 20_000  # records/s served to one reader (issue 3)
@@ -37,6 +38,7 @@ QUERY = {
     "partition_token => @token, heartbeat_milliseconds => @hb)",
     "POSTGRESQL": "SELECT * FROM spanner.read_json_everything($1, $2, $3, $4, null)",
 }
+WRITE_TARGET = 1_000  # write transactions/s through the official client, --fsync off (issue 33)
 PER_COMMIT = 200  # alternating inserts and updates: one data change record (of one mod) each
 
 
@@ -119,7 +121,57 @@ def concurrent(host: str, database_id: str, dialect: str, token: str, start: dat
     return sum(o[0] for o in outcomes), max(o[2] for o in outcomes) - min(o[1] for o in outcomes)
 
 
-def bench_dialect(server: Any, dialect: str, records: int, rounds: int, readers: int, past_reads: bool = True) -> dict[str, Any]:
+def _writer_process(host: str, database_id: str, dialect: str, writer: int, transactions: int, barrier: Any, results: Any) -> None:
+    """One writer: `transactions` commits of 1-3 rows of its own keys through the official client, every fifth a
+    read-write transaction (run_in_transaction), the others database.batch() (one Commit each)."""
+    os.environ["SPANNER_EMULATOR_HOST"] = host
+    from google.cloud import spanner
+
+    database = spanner.Client(project=PROJECT).instance(INSTANCE).database(database_id)
+    table, columns = _columns(dialect)
+    base = (writer + 1) * 10_000_000
+
+    def rows(i: int) -> list[tuple[Any, ...]]:
+        return [(base + i * 3 + j, f"customer-{i % 97}", i * 0.5, "NEW", "2024-01-01T00:00:00Z") for j in range(1 + i % 3)]
+
+    def commit(i: int) -> None:
+        if i % 5 == 4:
+            database.run_in_transaction(lambda transaction: transaction.insert_or_update(table, columns, rows(i)))
+        else:
+            with database.batch() as batch:
+                batch.insert_or_update(table, columns, rows(i))
+
+    commit(-1)  # session and channel ready before the clock starts
+    barrier.wait()
+    began = time.perf_counter()
+    for i in range(transactions):
+        commit(i)
+    results.put((transactions, began, time.perf_counter()))
+
+
+def concurrent_writes(server: Any, database_id: str, dialect: str, writers: int, transactions: int) -> tuple[float, float]:
+    """`writers` processes commit `transactions` each at once; (transactions/s from first start to last end, server
+    CPU ms per transaction over the same span, from its /proc)."""
+    from bench.bench_workload import server_cpu_seconds
+
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(writers + 1), context.Queue()
+    processes = [context.Process(target=_writer_process, args=(server.host, database_id, dialect, w, transactions, barrier, results))
+                 for w in range(writers)]
+    for process in processes:
+        process.start()
+    barrier.wait()
+    cpu = server_cpu_seconds(server.pid)
+    outcomes = [results.get(timeout=600) for _ in processes]
+    cpu = server_cpu_seconds(server.pid) - cpu
+    for process in processes:
+        process.join()
+    total = sum(o[0] for o in outcomes)
+    return total / (max(o[2] for o in outcomes) - min(o[1] for o in outcomes)), cpu * 1000 / total
+
+
+def bench_dialect(server: Any, dialect: str, records: int, rounds: int, readers: int, past_reads: bool = True,
+                  writers: int = 4, writes: int = 1000) -> dict[str, Any]:
     from spanner_cdc.devstack.spanner_server import create_database
 
     database_id = f"b{uuid.uuid4().hex[:12]}"
@@ -130,7 +182,8 @@ def bench_dialect(server: Any, dialect: str, records: int, rounds: int, readers:
     start -= timedelta(microseconds=1)
     (roots,) = list(_root(database, dialect, start))
     expected = drain(database, dialect, roots, start, end, lazy=True)
-    rates: dict[str, list[float]] = {"decoded": [], "lazy": [], f"{readers}x decoded": [], f"{readers}x lazy": [], "table": [], "past": []}
+    rates: dict[str, list[float]] = {"decoded": [], "lazy": [], f"{readers}x decoded": [], f"{readers}x lazy": [], "table": [], "past": [],
+                                     "tx/s": [], "server ms/tx": []}
     for _ in range(rounds):  # interleaved, so background load hits every scenario alike
         rows, seconds = table_read(database, dialect, None)
         rates["table"].append(rows / seconds)
@@ -145,6 +198,11 @@ def bench_dialect(server: Any, dialect: str, records: int, rounds: int, readers:
             count, seconds = concurrent(server.host, database_id, dialect, roots, start, end, lazy, readers)
             assert count == expected * readers, (count, expected)
             rates[f"{readers}x {'lazy' if lazy else 'decoded'}"].append(count / seconds)
+        if writers:  # in a database of its own, so the change stream measured above stays the same
+            written = create_database(server.host, PROJECT, INSTANCE, f"w{uuid.uuid4().hex[:12]}", DDL[dialect], dialect)
+            tx_rate, server_ms = concurrent_writes(server, written.database_id, dialect, writers, writes)
+            rates["tx/s"].append(tx_rate)
+            rates["server ms/tx"].append(server_ms)
     return {"dialect": dialect, "records": expected, "write": write_rate, **{k: statistics.median(v) if v else 0.0 for k, v in rates.items()}}
 
 
@@ -165,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (default 3)")
     parser.add_argument("--readers", type=int, default=4, help="processes in the concurrent scenario (default 4)")
     parser.add_argument("--dialect", choices=("GOOGLE_STANDARD_SQL", "POSTGRESQL", "both"), default="both")
+    parser.add_argument("--writers", type=int, default=4, help="processes in the concurrent write scenario; 0 skips it (default 4)")
+    parser.add_argument("--writes", type=int, default=1000, help="transactions each writer commits per round (default 1000)")
     parser.add_argument("--no-past-reads", action="store_true", help="skip the read at a past timestamp (for a server without row versions)")
     args = parser.parse_args(argv)
     from spanner_cdc.devstack.spanner_server import LocalSpanner
@@ -172,7 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     dialects = ["GOOGLE_STANDARD_SQL", "POSTGRESQL"] if args.dialect == "both" else [args.dialect]
     with tempfile.TemporaryDirectory(prefix="bench-local-spanner-") as tmp:
         with LocalSpanner(extra_args=SERVER_ARGS, log_path=Path(tmp) / "server.log") as server:
-            results = [bench_dialect(server, d, args.records, args.rounds, args.readers, not args.no_past_reads) for d in dialects]
+            results = [bench_dialect(server, d, args.records, args.rounds, args.readers, not args.no_past_reads, args.writers, args.writes)
+                       for d in dialects]
     n = args.readers
     print(f"{COMMAND}: data change records/s served by one local server process, one partition, {os.cpu_count()} CPUs")
     print("  lazy = the bare client iterating rows without decoding them (lazy_decode=True): what the server serves;")
@@ -186,6 +247,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{r['dialect']:<20} {r['records']:>8} {r['lazy']:>9.0f} {r['decoded']:>10.0f} {r[f'{n}x lazy']:>9.0f} "
               f"{r[f'{n}x decoded']:>11.0f} {r['lazy'] / TARGET:>13.0%} {r[f'{n}x lazy'] / r['lazy']:>11.2f} {r['write']:>13.0f} "
               f"{r['table']:>13.0f} {r['past']:>12.0f}")
+    if args.writers:
+        print(f"concurrent writes: {args.writers} processes, each {args.writes} transactions of 1-3 rows through the official client")
+        print("  (database.batch(), every fifth run_in_transaction), one server process without --fsync; server CPU from /proc")
+        print(f"{'dialect':<20} {'tx/s':>8} {'tx/s / target':>14} {'server ms/tx':>13}")
+        for r in results:
+            print(f"{r['dialect']:<20} {r['tx/s']:>8.0f} {r['tx/s'] / WRITE_TARGET:>13.0%} {r['server ms/tx']:>13.3f}")
+            figures.report(f"local server write tx/s, {args.writers} writers, {r['dialect']}", r["tx/s"], WRITE_TARGET, "tx/s")
     worst = min(r["lazy"] for r in results)
     print(f"medians over {args.rounds} interleaved rounds; {n}x = aggregate of {n} reader processes draining at once; "
           f"target >= {TARGET}/s to one reader: {'meets' if worst >= TARGET else 'MISSES'} (worst {worst:.0f}/s)")

@@ -12,65 +12,24 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from spanner_cdc import names
+from spanner_cdc import names, validators
 from spanner_cdc.errors import ConfigError
+from spanner_cdc.validators import (
+    byte_size,
+    choice,
+    duration,
+    fraction,
+    identifier,
+    int_between,
+    optional,
+    seconds_at_least,
+    text,
+)
 
 ENV_PREFIX = "SPANNER_CDC_"
 CONFIG_ENV = "SPANNER_CDC_CONFIG"
 DIALECTS = ("auto", *names.DIALECTS)
 SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)\])?|spark://[^/\s]+:\d+|sc://[^/\s]+(:\d+)?(/.*)?)$")
-
-
-def _int_between(low: int, high: int) -> Callable[[str, Any], int]:
-    def parse(name: str, value: Any) -> int:
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(name, value, f"an integer in [{low}, {high}]") from None
-        if isinstance(value, bool) or not low <= number <= high:
-            raise ConfigError(name, value, f"an integer in [{low}, {high}]")
-        return number
-
-    return parse
-
-
-def env_int(name: str, default: int, low: int, high: int) -> int:
-    """An integer setting of the environment variable `name` (unset or empty: `default`), in [low, high]."""
-    raw = os.environ.get(name)
-    return default if not raw else _int_between(low, high)(name, raw)
-
-
-def _choice(*choices: str) -> Callable[[str, Any], str]:
-    def parse(name: str, value: Any) -> str:
-        text = str(value)
-        for choice in choices:
-            if text.upper() == choice.upper():
-                return choice
-        raise ConfigError(name, value, "one of " + ", ".join(choices))
-
-    return parse
-
-
-def _identifier(name: str, value: Any) -> str:
-    text = str(value)
-    if not names.IDENTIFIER.fullmatch(text):
-        raise ConfigError(name, value, names.IDENTIFIER_ACCEPTED)
-    return text
-
-
-def _optional_identifier(name: str, value: Any) -> str | None:
-    return None if value in (None, "") else _identifier(name, value)
-
-
-def _text(name: str, value: Any) -> str:
-    text = str(value).strip()
-    if not text:
-        raise ConfigError(name, value, "a non-empty string")
-    return text
-
-
-def _optional_text(name: str, value: Any) -> str | None:
-    return None if value in (None, "") else _text(name, value)
 
 
 def _postgres_url(name: str, value: Any) -> str | None:
@@ -89,46 +48,12 @@ ICEBERG_CATALOG_ACCEPTED = "off, store (a SQL catalog in the metadata store), ht
 
 def _iceberg_catalog(name: str, value: Any) -> str:
     """`off`, `store`, or a REST / Hive catalog URL (credentials never in it: they are refused unshown)."""
-    text = _text(name, value)
+    text = validators.text(name, value)
     if text.lower() in ("off", "store"):
         return text.lower()
     if text.startswith(("http://", "https://", "thrift://")) and "@" not in text.split("/")[2]:
         return text.rstrip("/")
     raise ConfigError(name, text.split("://", 1)[0] + "://***" if "@" in text else text, ICEBERG_CATALOG_ACCEPTED)
-
-
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-SIZE_ACCEPTED = "a size in bytes from 1KB to 16GB: an integer, or a number with KB, MB or GB (powers of 1024)"
-
-
-def byte_size(name: str, value: Any) -> int:
-    """A size such as 268435456, `256MB` or `256 MiB` (units are powers of 1024), in [1 KB, 16 GB]."""
-    match = None if isinstance(value, bool) else _SIZE.match(str(value))
-    if match is None:
-        raise ConfigError(name, value, SIZE_ACCEPTED)
-    size = int(match.group(1)) * _UNITS[(match.group(2) or "").upper().replace("IB", "B")]
-    if not 1 << 10 <= size <= 16 << 30:
-        raise ConfigError(name, value, SIZE_ACCEPTED)
-    return size
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
-_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
-DURATION_ACCEPTED = "a duration: seconds, or a number with s, m, h or d (such as 24h or 7d), from 0 to 3650d"
-
-
-def duration(name: str, value: Any) -> timedelta:
-    """A duration such as 86400, `24h` or `7d`."""
-    if isinstance(value, timedelta):
-        return value
-    match = None if isinstance(value, bool) else _DURATION.match(str(value))
-    if match is None:
-        raise ConfigError(name, value, DURATION_ACCEPTED)
-    seconds = float(match.group(1)) * _SECONDS[match.group(2).lower()]
-    if seconds > 3650 * 86_400:
-        raise ConfigError(name, value, DURATION_ACCEPTED)
-    return timedelta(seconds=seconds)
 
 
 def _spark_master(name: str, value: Any) -> str:
@@ -141,7 +66,7 @@ def _spark_master(name: str, value: Any) -> str:
 
 
 def _path(name: str, value: Any) -> Path:
-    return Path(_text(name, value)).expanduser()
+    return Path(text(name, value)).expanduser()
 
 
 # The lake's roots: a local path, or a bucket (and prefix) on Google Cloud Storage or S3.
@@ -157,7 +82,7 @@ def output_root(name: str, value: Any) -> Path | str:
     Credentials never go in the URL (they come from the standard places), so one with a user part is
     refused without echoing it.
     """
-    text = _text(name, value)
+    text = validators.text(name, value)
     scheme = _SCHEME.match(text)
     if scheme is None:
         return Path(text).expanduser()
@@ -189,13 +114,13 @@ def _meta(parse: Callable[[str, Any], Any], help: str) -> dict[str, Any]:
 class Settings:
     """Every setting a command may need; each field is validated by its `parse` metadata."""
 
-    project: str = field(default="local-project", metadata=_meta(_text, "Spanner project id"))
-    instance: str = field(default="local-instance", metadata=_meta(_text, "Spanner instance id"))
-    database: str = field(default="cdc", metadata=_meta(_text, "Spanner database id"))
-    stream: str | None = field(default=None, metadata=_meta(_optional_identifier, "change stream name"))
-    dialect: str = field(default="auto", metadata=_meta(_choice(*DIALECTS), "SQL dialect of the database"))
+    project: str = field(default="local-project", metadata=_meta(text, "Spanner project id"))
+    instance: str = field(default="local-instance", metadata=_meta(text, "Spanner instance id"))
+    database: str = field(default="cdc", metadata=_meta(text, "Spanner database id"))
+    stream: str | None = field(default=None, metadata=_meta(optional(identifier), "change stream name"))
+    dialect: str = field(default="auto", metadata=_meta(choice(*DIALECTS), "SQL dialect of the database"))
     heartbeat_ms: int = field(
-        default=10_000, metadata=_meta(_int_between(1000, 300_000), "heartbeat_milliseconds of queries")
+        default=10_000, metadata=_meta(int_between(1000, 300_000), "heartbeat_milliseconds of queries")
     )
     metadata_url: str | None = field(
         default=None, metadata=_meta(_postgres_url, "Postgres URL of the metadata store (default: embedded)")
@@ -216,13 +141,46 @@ class Settings:
         default=timedelta(hours=24), metadata=_meta(duration, "lake maintain removes unlisted files only once older than this")
     )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
-    namespace: str = field(default="live", metadata=_meta(_identifier, "lineage namespace"))
-    concurrency: int = field(default=4, metadata=_meta(_int_between(1, 256), "tokens extracted at once"))
+    namespace: str = field(default="live", metadata=_meta(identifier, "lineage namespace"))
+    concurrency: int = field(default=4, metadata=_meta(int_between(1, 256), "tokens extracted at once"))
     home: Path = field(default=Path(".local"), metadata=_meta(_path, "where embedded services keep their data"))
     emulator_host: str | None = field(
-        default=None, metadata=_meta(_optional_text, "host:port of an emulator or the local server")
+        default=None, metadata=_meta(optional(text), "host:port of an emulator or the local server")
+    )
+    headroom_warning: float = field(
+        default=0.5, metadata=_meta(fraction, "the UI warns when a lineage's retention headroom falls under this share of the stream's retention_period")
     )
     streams: Mapping[str, Any] = field(default_factory=dict, metadata={"parse": None, "help": "[streams.*] tables"})
+
+    # ---- tuning: how an extract spends its work; read by the driver, carried to executors in their job specs
+    wave_group_tokens: int = field(
+        default=256, metadata=_meta(int_between(1, 10_000), "most tokens in one Spark job (and store commit) of a wave; 1: a job per token")
+    )
+    task_tokens: int = field(
+        default=16, metadata=_meta(int_between(1, 1000), "tokens one task of a wave job lands; 1: a task per token")
+    )
+    task_threads: int = field(
+        default=4, metadata=_meta(int_between(1, 64), "how many of a task's tokens it lands at once; 1: one after another")
+    )
+    check_driver_rows: int = field(
+        default=2_000_000, metadata=_meta(int_between(0, 100_000_000), "most rows of a window the close checks in the driver; above, a Spark job; 0: always Spark")
+    )
+    lake_writer: str = field(
+        default="arrow", metadata=_meta(choice("arrow", "spark"), "who writes the Parquet files: arrow (executors, with pyarrow) or spark (Spark's writer)")
+    )
+    liveness: str = field(
+        default="lock", metadata=_meta(choice("lock", "lease"), "what frees a crashed run's tokens: lock (its death, at once) or lease (the lease only)")
+    )
+    lease_s: float = field(
+        default=300.0, metadata=_meta(seconds_at_least(1), "seconds a claim holds a token without renewal")
+    )
+    current_state_keep: int = field(
+        default=24, metadata=_meta(int_between(1, 10_000), "current states kept per lineage when no stream table says")
+    )
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.lease_s)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -237,6 +195,11 @@ class Settings:
             shown["metadata_url"] = mask_password(self.metadata_url)
         shown["spark_master"] = mask_spark_master(self.spark_master)
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable of a setting: SPANNER_CDC_ and its name in capitals."""
+    return ENV_PREFIX + field_name.upper()
 
 
 def _read_config_file(path: str) -> dict[str, Any]:
@@ -268,7 +231,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
         raw["emulator_host"] = ("SPANNER_EMULATOR_HOST", env["SPANNER_EMULATOR_HOST"])
     for name in Settings.field_names():
         env_name = ENV_PREFIX + name.upper()
-        if env_name in env and name != "streams":
+        if env_name in env and name != "streams" and not (name in TUNING_FIELDS and not env[env_name].strip()):
             raw[name] = (env_name, env[env_name])
     for name, value in (flags or {}).items():
         if value is not None and name in Settings.field_names():
@@ -281,9 +244,11 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
     return Settings(**values)
 
 
-SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "target_file_size",
-                     "snapshot_retention", "orphan_min_age", "spark_master",
-                     "namespace", "concurrency", "heartbeat_ms", "home")  # fmt: skip
+TUNING_FIELDS = ("wave_group_tokens", "task_tokens", "task_threads", "check_driver_rows", "lake_writer", "liveness", "lease_s",
+                 "current_state_keep")  # fmt: skip
+SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
+                     "namespace", "concurrency", "heartbeat_ms", "home", "target_file_size", "snapshot_retention",
+                     "orphan_min_age", *TUNING_FIELDS)  # fmt: skip
 
 
 def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -3,10 +3,7 @@ RFC 3339 for records, ISO with Z for JSON, words for messages, compact forms for
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
-
-_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})")
 
 
 def utc(value: datetime, *, assume_utc: bool = False) -> datetime:
@@ -33,13 +30,23 @@ def parse_rfc3339(text: str) -> datetime:
     """The one RFC 3339 parser: `2024-05-01T09:00:00.123456789Z` or with an offset (`t`, `z` too; 0 to 9 fraction
     digits, cut to microseconds) -> an aware datetime in UTC. Anything else (no zone, no seconds, spaces around it, another
     ISO 8601 form) raises ValueError."""
-    match = _RFC3339.fullmatch(text) if type(text) is str else None
-    if match is None:
+    # The form is checked by hand and the numbers by fromisoformat (a superset of RFC 3339): a regular expression cost
+    # twice the parse, and decoders parse every distinct commit timestamp.
+    n = len(text) if type(text) is str else 0
+    zone_at = n - 1 if n and text[-1] in "Zz" else n - 6
+    if (
+        n < 20 or text[4:17:3] not in ("--T::", "--t::")  # the separators at 4, 7, 10, 13 and 16
+        or (zone_at == n - 6 and (text[zone_at] not in "+-" or text[n - 3] != ":"))
+        or (zone_at != 19 and (text[19] != "." or not 21 <= zone_at <= 29 or not (digits := text[20:zone_at]).isdigit() or not digits.isascii()))
+    ):  # fmt: skip
         raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
-    day, clock, fraction, zone = match.groups()
-    zone = "+00:00" if zone in ("Z", "z") else zone
-    parsed = datetime.fromisoformat(f"{day}T{clock}.{(fraction or '').ljust(6, '0')[:6]}{zone}")
-    return parsed if zone == "+00:00" else parsed.astimezone(UTC)
+    if text[10] == "t" or text[-1] == "z":
+        text = f"{text[:10]}T{text[11:-1]}{text[-1].upper()}"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}") from None
+    return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)
 
 
 def rfc3339(value: datetime) -> str:

@@ -26,7 +26,6 @@ from spanner_cdc.lake.layout import task_file_stem
 from spanner_cdc.lake.publish import clear_journal
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
-from spanner_cdc.settings import env_int
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 from spanner_cdc.spark.token_job import TokenOutcome, plan_tasks, run_wave_job
@@ -34,16 +33,10 @@ from spanner_cdc.store.models import Claim, Completion, ManifestFile
 
 log = logging.getLogger(__name__)
 
-# The most tokens one Spark job (and one store transaction) lands: a huge wave is still committed in
-# steps, and a job that fails as a whole sends at most this many tokens back to READY. 1 gives a job per
+# Settings.wave_group_tokens, the most tokens one Spark job (and one store transaction) lands: a huge wave is still
+# committed in steps, and a job that fails as a whole sends at most this many tokens back to READY. 1 gives a job per
 # token (as before waves were grouped; the benchmark compares the two).
-GROUP_TOKENS_ENV = "SPANNER_CDC_WAVE_GROUP_TOKENS"
-MAX_GROUP_TOKENS = 256
 START_THREADS = 8  # a group's attempts started at once (journals written, a crashed attempt's files removed)
-
-
-def max_group_tokens() -> int:
-    return env_int(GROUP_TOKENS_ENV, MAX_GROUP_TOKENS, 1, 10_000)
 
 
 @dataclass
@@ -62,9 +55,9 @@ class _Outcomes:
     errors: list[tuple[Claim, BaseException]] = field(default_factory=list)
 
 
-def groups(claims: Sequence[Claim], concurrency: int) -> list[list[Claim]]:
-    """The wave split into `concurrency` groups or fewer (each at most max_group_tokens()), in claim order."""
-    size = min(max_group_tokens(), max(1, math.ceil(len(claims) / max(1, concurrency))))
+def groups(claims: Sequence[Claim], concurrency: int, group_tokens: int) -> list[list[Claim]]:
+    """The wave split into `concurrency` groups or fewer (each at most `group_tokens`), in claim order."""
+    size = min(group_tokens, max(1, math.ceil(len(claims) / max(1, concurrency))))
     return [list(claims[i : i + size]) for i in range(0, len(claims), size)]
 
 
@@ -87,7 +80,7 @@ def extract_wave(
     out = _Outcomes()
     with LeaseKeeper(job.store, lease) as keeper, ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         futures = [
-            pool.submit(_run_group, job, group, keeper, out, on_start, on_done) for group in groups(claims, concurrency)
+            pool.submit(_run_group, job, group, keeper, out, on_start, on_done) for group in groups(claims, concurrency, job.group_tokens)
         ]
         for future in futures:
             future.result()
@@ -126,7 +119,7 @@ def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> list[_Landed]:
     """Prepare each token's attempt, run the group's Spark job, and check what each token landed; failures are recorded."""
     read_to = inclusive_end(job.window_end)
     by_token = {claim.token: claim for claim in group}
-    planned = [_named(job, task) for task in plan_tasks([attempt_spec(job, c, c.read_from, read_to) for c in group])]
+    planned = [_named(job, task) for task in plan_tasks([attempt_spec(job, c, c.read_from, read_to) for c in group], job.task_tokens)]
     members = {spec.token: [(s.token, by_token[s.token].attempt) for s in task] for task in planned for spec in task}
 
     def prepared(spec: TokenJobSpec) -> BaseException | None:
@@ -154,7 +147,7 @@ def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> list[_Landed]:
     if ready:
         log.info("%s: a wave job of %d token(s) in %d task(s)", job.stream, len(ready), len(tasks))
     began = time.monotonic()
-    outcomes = run_wave_job(job.spark, tasks) if tasks else []
+    outcomes = run_wave_job(job.spark, tasks, job.task_threads) if tasks else []
     _log_job_time(job, outcomes, time.monotonic() - began)
     checked: list[tuple[TokenOutcome, BaseException | None]] = []
     for outcome in outcomes:

@@ -51,11 +51,14 @@ class Versions:
             if not self.dropped[name]:
                 del self.dropped[name]
         for entry in self.tables.values():
-            for key in list(entry.keys):
-                versions = entry.keys[key]
-                _prune(versions, horizon)
+            gone = []
+            for key, versions in entry.keys.items():
+                if len(versions) > 1:  # most rows have one version: nothing to prune (a sweep visits every row)
+                    _prune(versions, horizon)
                 if versions[-1][1] is None and versions[-1][0] <= horizon:
-                    del entry.keys[key]
+                    gone.append(key)
+            for key in gone:
+                del entry.keys[key]
 
     def drop_table(self, table: str, at: datetime | None = None) -> None:
         """Forget the table's versions; with `at` (the DROP's timestamp) a read before `at` still sees them."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 
-from spanner_cdc.settings import DIALECTS
+from spanner_cdc.settings import DIALECTS, TUNING_FIELDS, Settings, env_name
 
 METADATA_URL_HELP = "Postgres URL of the metadata store (default: SPANNER_CDC_METADATA_URL, else the embedded Postgres)"
 
@@ -40,3 +41,12 @@ def int_or_text(value: str) -> int | str:
 
 def add_dialect_flag(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--dialect", type=any_case(DIALECTS), choices=DIALECTS, help=f"{help} (SPANNER_CDC_DIALECT)")
+
+
+def add_tuning_flags(parser: argparse.ArgumentParser) -> None:
+    """The tuning section of Settings as flags, each with its variable and default (load_settings checks the values)."""
+    group = parser.add_argument_group("tuning", "how the extract spends its work; each also SPANNER_CDC_<NAME> or the TOML key <name>")
+    for setting in dataclasses.fields(Settings):
+        if setting.name in TUNING_FIELDS:
+            flag = "--" + setting.name.replace("_", "-")
+            group.add_argument(flag, help=f"{setting.metadata['help']} ({env_name(setting.name)}, default {setting.default})")

@@ -9,7 +9,13 @@ import logging
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from spanner_cdc.cli.commands._flags import add_dialect_flag, add_metadata_url_flag, add_spanner_flags, int_or_text
+from spanner_cdc.cli.commands._flags import (
+    add_dialect_flag,
+    add_metadata_url_flag,
+    add_spanner_flags,
+    add_tuning_flags,
+    int_or_text,
+)
 from spanner_cdc.names import READ_METHODS
 
 if TYPE_CHECKING:
@@ -53,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "its end under current/ (the previous state plus this window; SPANNER_CDC_CURRENT_STATE_KEEP states kept, default 24)"
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the window summary as JSON on stdout")
+    add_tuning_flags(parser)
     parser.set_defaults(func=handle)
 
 

@@ -23,6 +23,7 @@ HEAVY_PREFIXES = (
 ALLOWED_PACKAGE_MODULES = {
     "spanner_cdc", "spanner_cdc.errors", "spanner_cdc.names", "spanner_cdc.settings", "spanner_cdc.stream_config",
     "spanner_cdc.orchestration",
+    "spanner_cdc.validators", "spanner_cdc.times",  # the settings' validators and the one UTC coercion (standard library only)
 }
 
 DAGBAG = """

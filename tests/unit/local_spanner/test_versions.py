@@ -36,3 +36,16 @@ def test_pruning_keeps_the_version_a_read_at_the_horizon_sees() -> None:
     assert [ts for ts, _ in versions.tables["t"].keys[("1",)]] == [at(20), at(30), at(40)]
     assert ("2",) not in versions.tables["t"].keys  # deleted before the horizon: nothing can read it any more
     assert versions.rows_at("t", at(25)) == {("1",): {"v": "b"}}
+
+
+def test_a_sweep_keeps_single_versions_and_deletes_newer_than_the_horizon() -> None:
+    versions = Versions()
+    versions.write("t", ("1",), at(5), {"v": "only"}, None)
+    versions.write("t", ("2",), at(5), {"v": "old"}, None)
+    versions.write("t", ("2",), at(30), None, None)  # deleted after the horizon: a read at 25 still sees it
+    versions.write("t", ("3",), at(5), {"v": "a"}, None)
+    versions.write("t", ("3",), at(10), {"v": "b"}, None)
+    versions.write("t", ("3",), at(20), None, None)
+    versions.sweep(at(25))
+    assert versions.tables["t"].keys == {("1",): [(at(5), {"v": "only"})], ("2",): [(at(5), {"v": "old"}), (at(30), None)]}
+    assert versions.rows_at("t", at(25)) == {("1",): {"v": "only"}, ("2",): {"v": "old"}}
