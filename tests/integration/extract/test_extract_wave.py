@@ -3,6 +3,7 @@ stays its own, and a lost claim takes back every token whose rows share a file w
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections import Counter
@@ -24,7 +25,7 @@ from spanner_cdc.names import LIVE_READ_METHOD
 from spanner_cdc.source.client import open_database
 from spanner_cdc.source.partition_mode import detect_partition_mode
 from spanner_cdc.spark.spec import TokenJobSpec
-from spanner_cdc.spark.token_job import TASK_TOKENS_ENV, run_wave_job
+from spanner_cdc.spark.token_job import run_wave_job
 from spanner_cdc.store import MetadataStore
 from spanner_cdc.store.models import LeaseLost
 from tests.integration.extract.lake_reading import change_of, published_rows
@@ -52,7 +53,6 @@ def test_a_wave_commits_once_and_a_lost_claim_lands_nothing(
     make_spanner_database: Any, extract_settings: Any, store: MetadataStore, spark: Any, caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch, per_task: str,
 ) -> None:  # fmt: skip
-    monkeypatch.setenv(TASK_TOKENS_ENV, per_task)
     shared = per_task != "1"
     database = make_spanner_database(DDL)
     settings = extract_settings(database.database_id, STREAM)
@@ -66,7 +66,7 @@ def test_a_wave_commits_once_and_a_lost_claim_lands_nothing(
     kept, lost = first[0], first[1]
     store.fail(lost, "taken away by the test")
     [thief] = store.claim(plan.lineage_id, window_end=w1, owner="run-b", lease=LEASE, tokens=[lost.token], liveness=False)
-    job = job_of(settings, store, spark, plan.lineage_id, w0, w1)
+    job = dataclasses.replace(job_of(settings, store, spark, plan.lineage_id, w0, w1), task_tokens=int(per_task))
     caplog.set_level(logging.INFO, logger="spanner_cdc.extract.wave")
     with pytest.raises(ExtractError if shared else LeaseLost, match=lost.token if not shared else "2 of 2 tokens failed"):
         extract_wave(job, [kept, lost], concurrency=1, lease=LEASE)
@@ -129,9 +129,8 @@ def test_a_window_of_many_tokens_lands_at_most_tables_times_tasks_files(
 ) -> None:  # fmt: skip
     """Splits in the window give it many tokens over several waves; each task writes one file per table for all its
     tokens, so the window's files are bounded by tables x tasks, not by tokens, and hold exactly its changes."""
-    monkeypatch.setenv(TASK_TOKENS_ENV, "4")
     database = make_spanner_database(DDL)
-    settings = extract_settings(database.database_id, STREAM, concurrency=1)
+    settings = extract_settings(database.database_id, STREAM, concurrency=1, task_tokens=4)
     work, w0 = SmallWorkload(database), datetime.now(UTC)
     for n in range(6):
         work.phase(range(n * 16, n * 16 + 16))

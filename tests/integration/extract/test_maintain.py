@@ -27,7 +27,6 @@ from spanner_cdc.extract.window import layout_of, run_window
 from spanner_cdc.lake import iceberg, storage
 from spanner_cdc.lake.layout import published_locations
 from spanner_cdc.settings import Settings, subprocess_env
-from spanner_cdc.spark.token_job import TASK_TOKENS_ENV
 from spanner_cdc.store import MetadataStore
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
@@ -38,8 +37,7 @@ DAY = timedelta(days=1)
 def landed_windows(
     database: Any, server: LocalSpanner, settings: Settings, monkeypatch: pytest.MonkeyPatch, count: int = 3
 ) -> tuple[SmallWorkload, list[tuple[datetime, datetime]]]:
-    """`count` windows with a split in each, a task per token: several small files per table and window."""
-    monkeypatch.setenv(TASK_TOKENS_ENV, "1")
+    """`count` windows with a split in each (`settings` with a task per token: several small files per table and window)."""
     work, bounds = SmallWorkload(database), [datetime.now(UTC)]
     for n in range(count):
         work.phase(range(n * 16, n * 16 + 8))
@@ -81,7 +79,7 @@ def test_compaction_then_expiry_and_orphan_removal_keep_every_reader_exact(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     database = make_spanner_database(DDL)
-    settings = extract_settings(database.database_id, STREAM, concurrency=1)
+    settings = extract_settings(database.database_id, STREAM, concurrency=1, task_tokens=1)
     work, windows = landed_windows(database, local_spanner, settings, monkeypatch)
     lineage = store.get_lineage(STREAM, settings.namespace)
     before = store.manifest(lineage.id)
@@ -120,7 +118,7 @@ def test_a_late_write_of_a_lost_claim_is_removed_once_older_than_the_safety_age(
     name nothing lists. Maintenance leaves it while younger than orphan_min_age (it could be an extract's file not
     yet committed), removes it once older, and never a committed file."""
     database = make_spanner_database(DDL)
-    settings = extract_settings(database.database_id, STREAM, concurrency=1)
+    settings = extract_settings(database.database_id, STREAM, concurrency=1, task_tokens=1)
     landed_windows(database, local_spanner, settings, monkeypatch, count=1)
     lineage = store.get_lineage(STREAM, settings.namespace)
     committed = store.manifest(lineage.id)
@@ -147,7 +145,7 @@ def test_killing_maintenance_at_random_moments_changes_nothing_a_reader_sees(
     while one reader scans through Iceberg and another follows the markers: every read gives exactly the windows' rows,
     and a last run finishes the work."""
     database = make_spanner_database(DDL)
-    settings = extract_settings(database.database_id, STREAM, concurrency=1)
+    settings = extract_settings(database.database_id, STREAM, concurrency=1, task_tokens=1)
     _, windows = landed_windows(database, local_spanner, settings, monkeypatch, count=2)
     lineage = store.get_lineage(STREAM, settings.namespace)
     expected = uuids_by_window(iceberg_rows(settings))
