@@ -175,7 +175,7 @@ class Settings:
         default=300.0, metadata=_meta(seconds_at_least(1), "seconds a claim holds a token without renewal")
     )
     current_state_keep: int = field(
-        default=24, metadata=_meta(int_between(1, 10_000), "current states kept per lineage when no stream table says")
+        default=24, metadata=_meta(int_between(1, 10_000), "window snapshots kept per current-state table when no stream table says")
     )
 
     @property

@@ -38,8 +38,8 @@ class StreamConfig:
     output_root: Path | str | None = None
     concurrency: int | None = None
     snapshot: bool = False  # the first run reads every watched table at its window start (the initial snapshot)
-    current_state: bool = False  # each closed window: every table's state as of its end under current/
-    current_state_keep: int = Settings.current_state_keep  # states kept (older ones deleted)
+    current_state: bool = False  # each closed window: one snapshot of every table's current-state Iceberg table
+    current_state_keep: int = Settings.current_state_keep  # window snapshots kept per state table (older ones expired)
     maintenance_schedule: str = "@daily"  # the stream's lake maintenance DAG
     target_file_size: int | None = None
     snapshot_retention: dt.timedelta | None = None

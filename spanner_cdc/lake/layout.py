@@ -19,8 +19,7 @@ WINDOWS_DIR = "_windows"
 JOURNAL_NAME = "publishing.json"
 SNAPSHOT_DIR = "snapshot"  # the initial snapshot's area: snapshot/table=<T>/part-...; its marker snapshot/_snapshot.json
 SNAPSHOT_MARKER = "_snapshot.json"
-CURRENT_DIR = "current"  # current-state tables: current/table=<T>/as_of=<window end>/; markers current/_states/<end>.json
-STATES_DIR = "_states"
+CURRENT_DIR = "current"  # the Parquet current states of earlier releases (now Iceberg tables under _current/): left to readers
 _SAFE_TABLE = re.compile(r"^[A-Za-z0-9_\-.$]+$")
 # a URL's scheme (gs://, s3://): Path() keeps it as a first component "gs:"
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/")
@@ -155,18 +154,6 @@ class LakeLayout:
     def snapshot_marker_location(self) -> str:
         return join(self.snapshot_location, SNAPSHOT_MARKER)
 
-    @property
-    def current_location(self) -> str:
-        return join(self.location, CURRENT_DIR)
-
-    def state_location(self, table: str, as_of: datetime) -> str:
-        return join(self.current_location, f"table={escape_table(table)}", f"as_of={window_id(as_of)}")
-
-    def state_object(self, table: str, as_of: datetime) -> str:
-        return join(self.state_location(table, as_of), "part-00000.parquet")
-
-    def state_marker_location(self, as_of: datetime) -> str:
-        return join(self.current_location, STATES_DIR, f"{compact_time(as_of)}.json")
 
     @property
     def staging_root(self) -> Path:
