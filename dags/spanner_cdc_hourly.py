@@ -9,7 +9,10 @@ from airflow.sdk import (
     DAG,
     Asset,
     AssetAlias,
+    AsyncCallback,
     CronDataIntervalTimetable,
+    DeadlineAlert,
+    DeadlineReference,
     TaskGroup,
     TriggerRule,
     get_current_context,
@@ -17,6 +20,7 @@ from airflow.sdk import (
 )
 
 from spanner_cdc.names import LIVE_NAMESPACE, SPANNER_POOL, current_state_asset_name, landed_asset_name
+from spanner_cdc.orchestration.deadline import DEFAULT_CALLBACK
 from spanner_cdc.settings import load_settings
 from spanner_cdc.stream_config import StreamConfig, load_streams
 
@@ -40,7 +44,8 @@ Extracts the change stream **{change_stream}** for each data interval `[start, e
 ready partition tokens; each `wave_k.extract` reads one token (or a batch of them) over the window;
 `wave_k.next_wave` picks up children of splits and merges; `close` checks completeness and the
 transaction counts, writes the window marker and emits the `{asset}` asset event (skipped while
-tokens are pending). Configuration: the `[streams.{name}]` table of `$SPANNER_CDC_CONFIG`.
+tokens are pending). A run still going `deadline_minutes` after its window's end misses its deadline: the
+triggerer logs the stream, the window and the partitions holding it open (or runs `deadline_notifier`). Configuration: the `[streams.{name}]` table of `$SPANNER_CDC_CONFIG`.
 """
 
 
@@ -51,6 +56,24 @@ def landed_asset(config: StreamConfig) -> Asset:
         group="spanner-cdc",
         extra={"stream": config.change_stream, "namespace": LIVE_NAMESPACE},
     )
+
+
+def deadline_alert(config: StreamConfig) -> DeadlineAlert | None:
+    """`deadline_minutes` after its window's end a run still going misses its deadline; the callback runs once.
+
+    A run's logical date is its window's start, so the deadline is that plus the window's length plus the minutes.
+    """
+    after = config.deadline_after()
+    if after is None:
+        return None
+    if config.deadline_notifier:
+        callback = AsyncCallback(config.deadline_notifier, kwargs=dict(config.deadline_notifier_kwargs))
+    else:
+        callback = AsyncCallback(DEFAULT_CALLBACK, kwargs={"stream": config.name, "minutes": config.deadline_minutes})
+    return DeadlineAlert(
+        reference=DeadlineReference.DAGRUN_LOGICAL_DATE, interval=after, callback=callback,
+        name=f"window not complete {config.deadline_minutes} min after its end",
+    )  # fmt: skip
 
 
 def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
@@ -71,6 +94,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
         catchup=config.catchup,
         max_active_runs=1,
         default_args=DEFAULT_ARGS,
+        deadline=deadline_alert(config),
         tags=["spanner-cdc", name],
         doc_md=DOC.format(
             name=name, change_stream=config.change_stream, output_root=output_root, asset=asset.name

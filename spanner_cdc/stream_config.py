@@ -37,10 +37,26 @@ class StreamConfig:
     snapshot: bool = False  # the first run reads every watched table at its window start (the initial snapshot)
     current_state: bool = False  # each closed window: every table's state as of its end under current/
     current_state_keep: int = 24  # states kept (older ones deleted)
+    deadline_minutes: int = 90  # a window not complete this long after its end misses its deadline (0: no deadline)
+    deadline_notifier: str | None = None  # dotted path of an Airflow notifier (or async callable) run on a miss
+    deadline_notifier_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def dag_id(self) -> str:
         return hourly_dag_id(self.name)
+
+    def deadline_after(self) -> dt.timedelta | None:
+        """How long after a run's logical date (its window's start) the window must be complete; None: no deadline.
+
+        The window's length is the schedule's first interval after start_date (every interval of `@hourly`).
+        """
+        if not self.deadline_minutes:
+            return None
+        from croniter import croniter
+
+        fires = croniter(self.schedule, self.start_date)
+        first = fires.get_next(dt.datetime)
+        return fires.get_next(dt.datetime) - first + dt.timedelta(minutes=self.deadline_minutes)
 
     def settings(self, base: Settings) -> Settings:
         """`base` with this stream's values on top: per-stream values win over the global ones."""
@@ -117,6 +133,19 @@ def _schedule(label: str, value: Any) -> str:
     return text
 
 
+def _dotted_path(label: str, value: Any) -> str:
+    text = _text(label, value)
+    if not all(part.isidentifier() for part in text.split(".")) or "." not in text:
+        raise ConfigError(label, value, "a dotted path such as airflow.providers.slack.notifications.slack.SlackNotifier")
+    return text
+
+
+def _table(label: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(label, value, "a TOML table of keyword arguments")
+    return dict(value)
+
+
 PARSERS: dict[str, Any] = {
     "change_stream": _identifier,
     "start_date": parse_datetime,
@@ -133,6 +162,9 @@ PARSERS: dict[str, Any] = {
     "snapshot": _bool,
     "current_state": _bool,
     "current_state_keep": _int_between(1, 10_000),
+    "deadline_minutes": _int_between(0, 10_080),
+    "deadline_notifier": _dotted_path,
+    "deadline_notifier_kwargs": _table,
 }
 ACCEPTED_KEYS = ("name", *PARSERS)
 
