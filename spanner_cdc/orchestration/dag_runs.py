@@ -90,6 +90,7 @@ def _scheduled_interval(start: dt.datetime, end: dt.datetime) -> Iterator[None]:
     """
     from unittest import mock
 
+    from airflow.sdk import timezone
     from airflow.serialization import encoders
     from airflow.timetables.base import DataInterval
 
@@ -103,7 +104,7 @@ def _scheduled_interval(start: dt.datetime, end: dt.datetime) -> Iterator[None]:
             return getattr(self.timetable, name)
 
         def infer_manual_data_interval(self, *, run_after: Any) -> Any:
-            return DataInterval(start, end)
+            return DataInterval(timezone.coerce_datetime(start), timezone.coerce_datetime(end))
 
     with mock.patch.object(encoders, "coerce_to_core_timetable", lambda obj: Window(real(obj))):
         yield
@@ -165,6 +166,9 @@ def run_plan(jobs: Sequence[dict[str, Any]], retries: int | None, retry_delay: f
         dag = dags.get(job["dag_id"])
         if dag is None:
             dag = dags[job["dag_id"]] = _load_dag(job["dag_id"])
+            # Nobody watches these runs' deadlines, and Airflow 3.3's dag.test() fails a run that succeeds with one
+            # (it looks its deadline alerts up by their definitions instead of their ids).
+            dag.deadline = None
             if retries is not None:
                 _override_retries(dag, retries, retry_delay)
         if "conf" in job:

@@ -46,11 +46,12 @@ def pending_partitions(stream_name: str, window_end: dt.datetime) -> dict[str, l
     from spanner_cdc.names import LIVE_NAMESPACE
     from spanner_cdc.orchestration.connections import stream_settings
     from spanner_cdc.store import MetadataStore
+    from spanner_cdc.store.url import require_metadata_url
 
-    _, settings = stream_settings(stream_name)
-    with MetadataStore.connect(settings.metadata_url) as store:
+    config, settings = stream_settings(stream_name)
+    with MetadataStore.connect(require_metadata_url(settings.metadata_url)) as store:
         try:
-            lineage = store.get_lineage(settings.stream, LIVE_NAMESPACE)
+            lineage = store.get_lineage(config.change_stream, LIVE_NAMESPACE)
         except NotFound:
             return "the lineage has not started yet"
         rows = [(p.token, p.state, p.start, p.watermark) for p in store.partitions(lineage.id)]

@@ -1,0 +1,230 @@
+"""The Airflow paths a user takes, with the real scheduler: a missed deadline, and Airflow's own backfill (REST API).
+
+One window is run as the demo runs it (dag.test(), through orchestration.dag_runs); the scheduler then runs the next
+one, which misses its deadline on purpose (one minute after its window's end, already past when the run starts);
+a backfill of both windows through `POST /api/v2/backfills` re-runs them in the runs they already have (one run per
+window) and leaves the lake as it was.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanner_cdc.devstack import airflow_env
+from spanner_cdc.devstack.demo_summary import lake_identities, published_files
+from spanner_cdc.devstack.demo_truth import truth_identities
+from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres, free_port
+from spanner_cdc.settings import Settings
+from spanner_cdc.store import MetadataStore
+from tests.integration.extract.fault_campaign import CHANGE_STREAM, INSTANCE, PROJECT, History, past_history
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(200), pytest.mark.timeout(900)]
+
+STREAM_NAME = "paths"
+DAG_ID = f"spanner_cdc_hourly__{STREAM_NAME}"
+DEADLINE_MINUTES = 1
+
+
+def write_config(path: Path, start: dt.datetime) -> None:
+    path.write_text(
+        f"[streams.{STREAM_NAME}]\n"
+        f'project = "{PROJECT}"\ninstance = "{INSTANCE}"\ndatabase = "campaign"\n'
+        f'change_stream = "{CHANGE_STREAM}"\ndialect = "GOOGLE_STANDARD_SQL"\n'
+        f"start_date = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}\ncatchup = true\nwaves = 10\n"
+        f"deadline_minutes = {DEADLINE_MINUTES}\n"
+    )
+
+
+@dataclass
+class Paths:
+    history: History
+    lake: Path
+    store_url: str
+    airflow_home: Path
+    demo_runs: list[dict[str, Any]]
+    scheduled: dict[str, Any]  # the scheduler's run of the second window, once finished
+    lake_before: dict[str, str]  # published file -> sha256, before the backfill
+    windows_before: list[Any]
+    backfill: dict[str, Any]  # the backfill as the REST API shows it at the end
+    runs_after: list[dict[str, Any]]  # dag_run rows of the two windows after the backfill
+    lake_after: dict[str, str]
+    windows_after: list[Any]
+    callbacks: list[dict[str, Any]]  # Airflow's callback rows
+
+
+class Api:
+    """Airflow's REST API with a token from the simple auth manager (every user is admin on the embedded stack)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        with urllib.request.urlopen(f"{url}/auth/token", timeout=30) as response:  # GET: no credentials needed
+            self.token = json.load(response)["access_token"]
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.url}{path}", method=method, data=data, headers={
+            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.load(response)
+
+
+class AirflowDb:
+    def __init__(self, url: str) -> None:
+        import sqlalchemy as sa
+
+        self.sa = sa
+        self.engine = sa.create_engine(url)
+
+    def rows(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(self.sa.text(sql), params)]
+
+    def runs(self) -> list[dict[str, Any]]:
+        return self.rows("SELECT run_id, logical_date, data_interval_start, data_interval_end, run_type, state "
+                         "FROM dag_run WHERE dag_id = :d ORDER BY logical_date", d=DAG_ID)  # fmt: skip
+
+
+def _lake_digest(root: Path) -> dict[str, str]:
+    return {str(Path(f).relative_to(root)): hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in published_files(root)}
+
+
+def _windows(url: str) -> list[Any]:
+    with MetadataStore.connect(url) as store:
+        rows = store.windows(store.get_lineage(CHANGE_STREAM, "live").id)
+    return sorted((w.start, w.end, w.state, w.records, w.files) for w in rows)
+
+
+def _until(what: str, check: Any, deadline: float, service: threading.Thread, every: float = 1.0) -> Any:
+    while time.monotonic() < deadline:
+        assert service.is_alive(), f"the Airflow services stopped while waiting for {what}"
+        found = check()
+        if found:
+            return found
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    with past_history(tmp_path_factory.mktemp("history"), hours=2, transactions=80, seed=20261126,
+                      workload_seconds=8.0) as history:  # fmt: skip
+        yield history
+
+
+@pytest.fixture(scope="module")
+def paths(
+    history: History, pg_url: str, embedded_postgres: EmbeddedPostgres | None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Paths]:
+    if embedded_postgres is None:
+        pytest.skip("Airflow's own database is made on the embedded Postgres (SPANNER_CDC_METADATA_URL is set)")
+    home = tmp_path_factory.mktemp("airflow-paths")
+    airflow_db = "af_" + uuid.uuid4().hex[:10]
+    settings = Settings(home=home, metadata_url=pg_url, output_root=home / "lake")
+    env = airflow_env.prepare(settings, api_port=free_port(), airflow_db_url=embedded_postgres.create_database(airflow_db))
+    config = home / "streams.toml"
+    first, second = history.windows
+    write_config(config, first[0])
+    extra = {
+        "SPANNER_CDC_CONFIG": str(config),
+        "SPANNER_EMULATOR_HOST": history.server.host,
+        "SPANNER_CDC_METADATA_URL": pg_url,
+        "SPANNER_CDC_OUTPUT_ROOT": str(settings.output_root),
+        "SPANNER_CDC_SPARK_MASTER": "local[2]",
+    }
+    lake = settings.output_root / CHANGE_STREAM / "live"
+    # the first window as the demo runs it, before any scheduler runs
+    demo_runs = airflow_env.run_dags(env, [{"dag_id": DAG_ID, "windows": [[first[0].isoformat(), first[1].isoformat()]]}],
+                                     extra_env=extra, log_path=home / "demo-runs.log", retries=0)  # fmt: skip
+    # the second window's deadline (its end + DEADLINE_MINUTES) must be past when the scheduler starts its run
+    while dt.datetime.now(dt.UTC) < second[1] + dt.timedelta(minutes=DEADLINE_MINUTES, seconds=5):
+        time.sleep(1.0)
+    api: list[Api] = []
+    stop = threading.Event()
+
+    def unpause(url: str, logs: Path) -> None:
+        for _ in range(120):
+            if env.airflow(["dags", "unpause", DAG_ID], check=False).returncode == 0:
+                break
+            time.sleep(1.0)  # the dag-processor has not parsed the DAG yet
+        api.append(Api(url))
+
+    service = threading.Thread(target=airflow_env.serve, kwargs={"env": env, "extra_env": extra, "stop": stop,
+                               "on_ready": unpause}, name="airflow-services", daemon=True)  # fmt: skip
+    db = AirflowDb(env.env[airflow_env.SQL_CONN_VAR])
+    service.start()
+    try:
+        deadline = time.monotonic() + 720
+
+        def scheduled_done() -> dict[str, Any] | None:
+            found = [r for r in db.runs() if r["logical_date"] == second[0] and r["state"] in ("success", "failed")]
+            return found[0] if found else None
+
+        scheduled = _until("the scheduler's run of the second window", scheduled_done, deadline, service)
+        lake_before, windows_before = _lake_digest(lake), _windows(pg_url)
+        (client,) = api
+        backfill = client.call("POST", "/api/v2/backfills", {
+            "dag_id": DAG_ID, "from_date": first[0].isoformat(), "to_date": second[0].isoformat(),
+            "reprocess_behavior": "completed", "max_active_runs": 1})  # fmt: skip
+        backfill = _until("the backfill to complete",
+                          lambda: (b := client.call("GET", f"/api/v2/backfills/{backfill['id']}"))["completed_at"] and b,
+                          deadline, service, every=2.0)  # fmt: skip
+        # the backfill completes when its runs are finished; the runs' own rows say how
+        runs_after = [r for r in db.runs() if r["logical_date"] in (first[0], second[0])]
+        callbacks = db.rows("SELECT * FROM callback")
+        yield Paths(history, lake, pg_url, env.home, demo_runs, scheduled, lake_before, windows_before, backfill,
+                    runs_after, _lake_digest(lake), _windows(pg_url), callbacks)  # fmt: skip
+    finally:
+        stop.set()
+        service.join(timeout=120)
+        db.engine.dispose()
+        embedded_postgres.drop_database(airflow_db)
+
+
+def test_the_demos_run_of_a_window_has_the_schedulers_logical_date(paths: Paths) -> None:
+    (run,) = paths.demo_runs
+    first = paths.history.windows[0]
+    assert run["state"] == "success", paths.airflow_home
+    assert (run["logical_date"], run["data_interval_start"], run["data_interval_end"]) == (
+        first[0].isoformat(), first[0].isoformat(), first[1].isoformat())  # fmt: skip
+    second = paths.history.windows[1]
+    assert paths.scheduled["state"] == "success", paths.airflow_home
+    assert (paths.scheduled["data_interval_start"], paths.scheduled["data_interval_end"]) == second
+    assert paths.scheduled["run_type"] == "scheduled"
+
+
+def test_a_missed_deadline_runs_the_callback_once_with_the_stream_window_and_partitions(paths: Paths) -> None:
+    start, end = paths.history.windows[1]
+    assert len(paths.callbacks) == 1, paths.callbacks
+    logs = paths.airflow_home / "logs"
+    lines = [line for path in logs.rglob("*.log") for line in path.read_text(errors="replace").splitlines()
+             if "min after its end (DAG run" in line]  # fmt: skip
+    assert len(lines) == 1, lines
+    assert f"stream {STREAM_NAME} window [{start.isoformat()}, {end.isoformat()}) not complete {DEADLINE_MINUTES} min" in lines[0]
+    assert "holding it open" in lines[0] or "no partition holds it open" in lines[0] or "not started" in lines[0]
+
+
+def test_airflows_backfill_reruns_the_windows_in_their_runs_and_leaves_the_lake_as_it_was(paths: Paths) -> None:
+    first, second = paths.history.windows
+    assert paths.backfill["completed_at"], paths.backfill
+    # one run per window (the demo's and the scheduler's), re-run by the backfill
+    assert [(r["logical_date"], r["run_type"], r["state"]) for r in paths.runs_after] == [
+        (first[0], "backfill", "success"), (second[0], "backfill", "success")], paths.airflow_home  # fmt: skip
+    assert paths.lake_after == paths.lake_before and paths.lake_before
+    assert paths.windows_after == paths.windows_before
+    assert [w[2] for w in paths.windows_after if (w[0], w[1]) in (first, second)] == ["COMPLETE", "COMPLETE"]
+    expected, _ = truth_identities(paths.history.ground_truth, first[0], second[1])
+    landed = [row for row in lake_identities(published_files(paths.lake)) if first[0].isoformat() <= row[2] < second[1].isoformat()]
+    assert expected and Counter(landed) == Counter(expected)
