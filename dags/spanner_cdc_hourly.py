@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from airflow.providers.standard.decorators.python import _PythonDecoratedOperator
 from airflow.sdk import (
     DAG,
     Asset,
@@ -18,6 +19,7 @@ from airflow.sdk import (
     get_current_context,
     task,
 )
+from airflow.sdk.bases.decorator import task_decorator_factory
 
 from spanner_cdc.names import LIVE_NAMESPACE, SPANNER_POOL, current_state_asset_name, landed_asset_name
 from spanner_cdc.orchestration.deadline import DEFAULT_CALLBACK
@@ -47,6 +49,28 @@ transaction counts, writes the window marker and emits the `{asset}` asset event
 tokens are pending). A run still going `deadline_minutes` after its window's end misses its deadline: the
 triggerer logs the stream, the window and the partitions holding it open (or runs `deadline_notifier`). Configuration: the `[streams.{name}]` table of `$SPANNER_CDC_CONFIG`.
 """
+
+
+class LineageReportingOperator(_PythonDecoratedOperator):
+    """A `@task` that tells Airflow's OpenLineage provider what it read and wrote (asked only when it is configured)."""
+
+    def execute(self, context: Any) -> Any:
+        result = super().execute(context)
+        self.lineage_of = (context["data_interval_start"], context["data_interval_end"], result)
+        return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from spanner_cdc.orchestration import lineage_events
+
+        start, end, result = self.lineage_of
+        stream = self.dag_id.split("__", 1)[1]
+        batch = self.op_kwargs.get("batch")
+        return lineage_events.to_operator_lineage(lineage_events.for_task(stream, self.task_id, start, end, result, batch))
+
+
+def lineage_task(**kwargs: Any) -> Any:
+    """`@task` whose runs report OpenLineage datasets (the change stream in, the lake out, with counts)."""
+    return task_decorator_factory(decorated_operator_class=LineageReportingOperator, **kwargs)
 
 
 def landed_asset(config: StreamConfig) -> Asset:
@@ -122,7 +146,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
 
             return hourly.next_wave(name, data_interval_start, data_interval_end)
 
-        @task(
+        @lineage_task(
             task_id="extract",
             pool=SPANNER_POOL,
             max_active_tis_per_dagrun=concurrency,
@@ -136,7 +160,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
             owner = hourly.owner_of(context["ti"])
             return hourly.extract(name, data_interval_start, data_interval_end, batch, owner=owner)
 
-        @task(task_id="close", trigger_rule=TriggerRule.NONE_FAILED, outlets=[asset])
+        @lineage_task(task_id="close", trigger_rule=TriggerRule.NONE_FAILED, outlets=[asset])
         def close(data_interval_start: Any = None, data_interval_end: Any = None, outlet_events: Any = None) -> dict:
             from spanner_cdc.orchestration import hourly
 
@@ -147,7 +171,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
         previous: Any = catch_up()
         if config.snapshot:  # `snapshot = true`: the lineage's initial snapshot first (a no-op once complete)
 
-            @task(task_id="snapshot")
+            @lineage_task(task_id="snapshot")
             def snapshot(data_interval_start: Any = None) -> dict:
                 from spanner_cdc.orchestration import snapshot_task
 
@@ -165,7 +189,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
 
             # none_failed: also when this run's close was skipped (its window left open), for the windows that
             # its catch_up closed; the body never goes past a window that is still open
-            @task(task_id="current_state", outlets=[states], trigger_rule=TriggerRule.NONE_FAILED)
+            @lineage_task(task_id="current_state", outlets=[states], trigger_rule=TriggerRule.NONE_FAILED)
             def current_state(data_interval_end: Any = None, outlet_events: Any = None) -> list:
                 from spanner_cdc.orchestration import state_task
 

@@ -1,9 +1,9 @@
 """The Airflow paths a user takes, with the real scheduler: a missed deadline, and Airflow's own backfill (REST API).
 
-One window is run as the demo runs it (dag.test(), through orchestration.dag_runs); the scheduler then runs the next
-one, which misses its deadline on purpose (one minute after its window's end, already past when the run starts);
-a backfill of both windows through `POST /api/v2/backfills` re-runs them in the runs they already have (one run per
-window) and leaves the lake as it was.
+One window is run as the demo runs it (dag.test(), through orchestration.dag_runs, without OpenLineage); the scheduler
+then runs the next one, which misses its deadline on purpose (one minute after its window's end, already past when the
+run starts); a backfill of both windows through `POST /api/v2/backfills` re-runs them in the runs they already have (one
+run per window) and leaves the lake as it was. The Airflow services report to OpenLineage with its file transport.
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ class Paths:
     lake_after: dict[str, str]
     windows_after: list[Any]
     callbacks: list[dict[str, Any]]  # Airflow's callback rows
+    lineage_events: list[dict[str, Any]]  # what the OpenLineage file transport wrote
+    manifest: list[Any]  # the live lineage's published files
 
 
 class Api:
@@ -126,7 +128,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
 
 @pytest.fixture(scope="module")
 def paths(
-    history: History, pg_url: str, embedded_postgres: EmbeddedPostgres | None, tmp_path_factory: pytest.TempPathFactory
+    history: History, pg_url: str, embedded_postgres: EmbeddedPostgres | None, spark_connect_server: Any,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Paths]:
     if embedded_postgres is None:
         pytest.skip("Airflow's own database is made on the embedded Postgres (SPANNER_CDC_METADATA_URL is set)")
@@ -142,7 +145,14 @@ def paths(
         "SPANNER_EMULATOR_HOST": history.server.host,
         "SPANNER_CDC_METADATA_URL": pg_url,
         "SPANNER_CDC_OUTPUT_ROOT": str(settings.output_root),
-        "SPANNER_CDC_SPARK_MASTER": "local[2]",
+        "SPANNER_CDC_SPARK_MASTER": spark_connect_server.url,
+    }
+    events_dir = home / "openlineage"
+    events_dir.mkdir()
+    # the Airflow services only: the demo's dag.test() run below has no OpenLineage set-up and must emit nothing
+    lineage_env = {
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events_dir / "event")}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "spanner-cdc-test",
     }
     lake = settings.output_root / CHANGE_STREAM / "live"
     # the first window as the demo runs it, before any scheduler runs
@@ -161,7 +171,7 @@ def paths(
             time.sleep(1.0)  # the dag-processor has not parsed the DAG yet
         api.append(Api(url))
 
-    service = threading.Thread(target=airflow_env.serve, kwargs={"env": env, "extra_env": extra, "stop": stop,
+    service = threading.Thread(target=airflow_env.serve, kwargs={"env": env, "extra_env": {**extra, **lineage_env}, "stop": stop,
                                "on_ready": unpause}, name="airflow-services", daemon=True)  # fmt: skip
     db = AirflowDb(env.env[airflow_env.SQL_CONN_VAR])
     service.start()
@@ -184,8 +194,11 @@ def paths(
         # the backfill completes when its runs are finished; the runs' own rows say how
         runs_after = [r for r in db.runs() if r["logical_date"] in (first[0], second[0])]
         callbacks = db.rows("SELECT * FROM callback")
+        events = [json.loads(p.read_text()) for p in sorted(events_dir.iterdir())]
+        with MetadataStore.connect(pg_url) as store:
+            manifest = store.manifest(store.get_lineage(CHANGE_STREAM, "live").id)
         yield Paths(history, lake, pg_url, env.home, demo_runs, scheduled, lake_before, windows_before, backfill,
-                    runs_after, _lake_digest(lake), _windows(pg_url), callbacks)  # fmt: skip
+                    runs_after, _lake_digest(lake), _windows(pg_url), callbacks, events, manifest)  # fmt: skip
     finally:
         stop.set()
         service.join(timeout=120)
@@ -228,3 +241,78 @@ def test_airflows_backfill_reruns_the_windows_in_their_runs_and_leaves_the_lake_
     expected, _ = truth_identities(paths.history.ground_truth, first[0], second[1])
     landed = [row for row in lake_identities(published_files(paths.lake)) if first[0].isoformat() <= row[2] < second[1].isoformat()]
     assert expected and Counter(landed) == Counter(expected)
+
+
+def _event_model(event: dict[str, Any]) -> Any:
+    """The event rebuilt with openlineage-python's classes generated from OpenLineage's published spec: their
+    validators refuse a bad run id, time or schema URL; missing required fields fail to construct."""
+    from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+    from openlineage.client.facet_v2 import output_statistics_output_dataset, schema_dataset
+
+    assert event["schemaURL"] == RunEvent._get_schema(), event["schemaURL"]
+    for dataset in event["inputs"] + event["outputs"]:
+        schema = dataset.get("facets", {}).get("schema")
+        if schema is not None:
+            assert schema["_schemaURL"] == schema_dataset.SchemaDatasetFacet._get_schema()
+            schema_dataset.SchemaDatasetFacet(fields=[schema_dataset.SchemaDatasetFacetFields(name=f["name"], type=f["type"])
+                                                      for f in schema["fields"]])  # fmt: skip
+        stats = dataset.get("outputFacets", {}).get("outputStatistics")
+        if stats is not None:
+            facet = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet
+            assert stats["_schemaURL"] == facet._get_schema()
+            facet(rowCount=stats["rowCount"], size=stats["size"], fileCount=stats["fileCount"])
+    return RunEvent(
+        eventType=RunState(event["eventType"]), eventTime=event["eventTime"], run=Run(runId=event["run"]["runId"]),
+        job=Job(namespace=event["job"]["namespace"], name=event["job"]["name"]), producer=event["producer"],
+        inputs=[InputDataset(namespace=d["namespace"], name=d["name"]) for d in event["inputs"]],
+        outputs=[OutputDataset(namespace=d["namespace"], name=d["name"]) for d in event["outputs"]],
+    )  # fmt: skip
+
+
+def _interval(event: dict[str, Any]) -> tuple[dt.datetime, dt.datetime]:
+    run = event["run"]["facets"]["airflow"]["dagRun"]
+    return (dt.datetime.fromisoformat(run["data_interval_start"]), dt.datetime.fromisoformat(run["data_interval_end"]))
+
+
+def _run_id(event: dict[str, Any]) -> str:
+    return str(event["run"]["facets"]["airflow"]["dagRun"]["run_id"])
+
+
+def test_openlineage_events_of_the_extract_and_close_tasks_name_the_stream_and_the_lake_with_the_windows_counts(
+    paths: Paths,
+) -> None:
+    from spanner_cdc.lake.columns import LAKE_SCHEMA
+
+    events = paths.lineage_events
+    assert events, "no OpenLineage event was written"
+    for event in events:
+        _event_model(event)
+    tasks = [e for e in events if e["job"]["name"].startswith(f"{DAG_ID}.")]
+    # the demo's run (dag.test() without any OpenLineage set-up) emitted nothing: only the scheduler's and backfill runs
+    assert {_run_id(e) for e in tasks} <= {r["run_id"] for r in paths.runs_after}, {_run_id(e) for e in tasks}
+    source = {"namespace": f"spanner://{PROJECT}/{INSTANCE}/campaign", "name": CHANGE_STREAM}
+    windows = {(w[0], w[1]): w for w in paths.windows_after}
+
+    def window_counts(files: list[Any]) -> tuple[int, int, int]:
+        return sum(f.rows for f in files), len(files), sum(f.bytes for f in files)
+
+    closes = [e for e in tasks if e["job"]["name"] == f"{DAG_ID}.close" and e["eventType"] == "COMPLETE"]
+    assert {_interval(e) for e in closes} == set(paths.history.windows), "no close event for a window"
+    for event in closes + [e for e in tasks if e["job"]["name"].endswith(".extract") and e["eventType"] == "COMPLETE"]:
+        assert [{k: d[k] for k in ("namespace", "name")} for d in event["inputs"]] == [source], event["inputs"]
+        (output,) = event["outputs"]
+        assert (output["namespace"], output["name"]) == ("file", str(paths.lake))
+        assert [f["name"] for f in output["facets"]["schema"]["fields"]] == LAKE_SCHEMA.names
+    for event in closes:  # a close reports its window's rows, files and bytes, as the store and the manifest have them
+        start, end = _interval(event)
+        in_window = [f for f in paths.manifest if (f.window_start, f.window_end) == (start, end)]
+        stats = event["outputs"][0]["outputFacets"]["outputStatistics"]
+        assert (stats["rowCount"], stats["fileCount"], stats["size"]) == window_counts(in_window)
+        assert (stats["rowCount"], stats["fileCount"]) == (windows[(start, end)][3], windows[(start, end)][4]) and stats["size"] > 0
+    # the scheduler's run of the second window: its extracts together landed what that window's files hold
+    extracts = [e for e in tasks if e["job"]["name"].endswith(".extract") and e["eventType"] == "COMPLETE"
+                and _run_id(e) == paths.scheduled["run_id"]]  # fmt: skip
+    assert extracts, "no extract event of the scheduler's run"
+    landed = [sum(e["outputs"][0]["outputFacets"]["outputStatistics"][k] for e in extracts) for k in ("rowCount", "fileCount", "size")]
+    second = [f for f in paths.manifest if (f.window_start, f.window_end) == paths.history.windows[1]]
+    assert tuple(landed) == window_counts(second) and landed[0] > 0
