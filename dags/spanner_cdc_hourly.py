@@ -62,6 +62,8 @@ class LineageReportingOperator(_PythonDecoratedOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         from spanner_cdc.orchestration import lineage_events
 
+        if not hasattr(self, "lineage_of"):  # failed or skipped (a close whose window stays open): nothing landed
+            return None
         start, end, result = self.lineage_of
         stream = self.dag_id.split("__", 1)[1]
         batch = self.op_kwargs.get("batch")
@@ -115,6 +117,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
         dag_id=config.dag_id,
         schedule=CronDataIntervalTimetable(config.schedule, timezone="UTC"),
         start_date=config.start_date,
+        end_date=config.end_date,
         catchup=config.catchup,
         max_active_runs=1,
         default_args=DEFAULT_ARGS,

@@ -25,6 +25,7 @@ class StreamConfig:
     change_stream: str
     start_date: dt.datetime
     schedule: str = "@hourly"
+    end_date: dt.datetime | None = None  # the last window starts at or before it (None: no end)
     catchup: bool = True
     waves: int = 3
     project: str | None = None
@@ -150,6 +151,7 @@ PARSERS: dict[str, Any] = {
     "change_stream": _identifier,
     "start_date": parse_datetime,
     "schedule": _schedule,
+    "end_date": parse_datetime,
     "catchup": _bool,
     "waves": _int_between(1, 10),
     "project": _text,
@@ -185,6 +187,8 @@ def parse_stream(key: str, table: Any) -> StreamConfig:
         values[field] = PARSERS[field](_label(key, field), value)
     if "start_date" not in values:
         raise ConfigError(_label(key, "start_date"), None, DATETIME_HINT)
+    if "end_date" in values and values["end_date"] < values["start_date"]:
+        raise ConfigError(_label(key, "end_date"), table["end_date"], "a date-time not before start_date")
     values.setdefault("change_stream", name)
     return StreamConfig(name=name, **values)
 

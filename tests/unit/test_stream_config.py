@@ -183,3 +183,11 @@ def test_bad_deadline_settings_name_the_field(field: str, value: object, accepte
     with pytest.raises(ConfigError) as caught:
         parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", field: value})
     assert f"streams.orders.{field}" in str(caught.value) and accepted in str(caught.value)
+
+
+def test_end_date_is_optional_and_not_before_start() -> None:
+    assert parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z"}).end_date is None
+    config = parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "end_date": "2024-03-02T05:00:00Z"})
+    assert config.end_date == dt.datetime(2024, 3, 2, 5, tzinfo=dt.UTC)
+    with pytest.raises(ConfigError, match=r"streams\.orders\.end_date.*not before start_date"):
+        parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "end_date": "2024-02-01T00:00:00Z"})

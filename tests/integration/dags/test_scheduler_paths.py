@@ -38,12 +38,14 @@ DAG_ID = f"spanner_cdc_hourly__{STREAM_NAME}"
 DEADLINE_MINUTES = 1
 
 
-def write_config(path: Path, start: dt.datetime) -> None:
+def write_config(path: Path, start: dt.datetime, last: dt.datetime) -> None:
     path.write_text(
         f"[streams.{STREAM_NAME}]\n"
         f'project = "{PROJECT}"\ninstance = "{INSTANCE}"\ndatabase = "campaign"\n'
         f'change_stream = "{CHANGE_STREAM}"\ndialect = "GOOGLE_STANDARD_SQL"\n'
         f"start_date = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}\ncatchup = true\nwaves = 10\n"
+        # no run of the hour after: the wall clock's hour may turn while the test runs
+        f"end_date = {last.strftime('%Y-%m-%dT%H:%M:%SZ')}\n"
         f"deadline_minutes = {DEADLINE_MINUTES}\n"
     )
 
@@ -64,6 +66,7 @@ class Paths:
     windows_after: list[Any]
     callbacks: list[dict[str, Any]]  # Airflow's callback rows
     lineage_events: list[dict[str, Any]]  # what the OpenLineage file transport wrote
+    events_of_the_demo_run: int  # files in the transport's folder after the demo's run, before the services start
     manifest: list[Any]  # the live lineage's published files
 
 
@@ -139,7 +142,7 @@ def paths(
     env = airflow_env.prepare(settings, api_port=free_port(), airflow_db_url=embedded_postgres.create_database(airflow_db))
     config = home / "streams.toml"
     first, second = history.windows
-    write_config(config, first[0])
+    write_config(config, first[0], second[0])
     extra = {
         "SPANNER_CDC_CONFIG": str(config),
         "SPANNER_EMULATOR_HOST": history.server.host,
@@ -158,6 +161,7 @@ def paths(
     # the first window as the demo runs it, before any scheduler runs
     demo_runs = airflow_env.run_dags(env, [{"dag_id": DAG_ID, "windows": [[first[0].isoformat(), first[1].isoformat()]]}],
                                      extra_env=extra, log_path=home / "demo-runs.log", retries=0)  # fmt: skip
+    events_of_the_demo_run = len(list(events_dir.iterdir()))
     # the second window's deadline (its end + DEADLINE_MINUTES) must be past when the scheduler starts its run
     while dt.datetime.now(dt.UTC) < second[1] + dt.timedelta(minutes=DEADLINE_MINUTES, seconds=5):
         time.sleep(1.0)
@@ -198,7 +202,7 @@ def paths(
         with MetadataStore.connect(pg_url) as store:
             manifest = store.manifest(store.get_lineage(CHANGE_STREAM, "live").id)
         yield Paths(history, lake, pg_url, env.home, demo_runs, scheduled, lake_before, windows_before, backfill,
-                    runs_after, _lake_digest(lake), _windows(pg_url), callbacks, events, manifest)  # fmt: skip
+                    runs_after, _lake_digest(lake), _windows(pg_url), callbacks, events, events_of_the_demo_run, manifest)  # fmt: skip
     finally:
         stop.set()
         service.join(timeout=120)
@@ -288,7 +292,8 @@ def test_openlineage_events_of_the_extract_and_close_tasks_name_the_stream_and_t
     for event in events:
         _event_model(event)
     tasks = [e for e in events if e["job"]["name"].startswith(f"{DAG_ID}.")]
-    # the demo's run (dag.test() without any OpenLineage set-up) emitted nothing: only the scheduler's and backfill runs
+    # nothing changes without an OpenLineage set-up: the demo's run (dag.test()) emitted nothing
+    assert paths.events_of_the_demo_run == 0
     assert {_run_id(e) for e in tasks} <= {r["run_id"] for r in paths.runs_after}, {_run_id(e) for e in tasks}
     source = {"namespace": f"spanner://{PROJECT}/{INSTANCE}/campaign", "name": CHANGE_STREAM}
     windows = {(w[0], w[1]): w for w in paths.windows_after}
