@@ -17,8 +17,8 @@ from bench.figures import report
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
 from spanner_cdc.lake.iceberg import land_window
 from spanner_cdc.lake.layout import LakeLayout
+from spanner_cdc.model.records import ColumnType, DataChangeRecord, Mod
 from spanner_cdc.settings import Settings
-from spanner_cdc.source.records import ColumnType, DataChangeRecord, Mod
 from spanner_cdc.spark.executor import TableFiles
 from spanner_cdc.store.models import ManifestFile
 

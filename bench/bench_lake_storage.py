@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
-from spanner_cdc.source.records import ColumnType, DataChangeRecord, Mod
+from spanner_cdc.model.records import ColumnType, DataChangeRecord, Mod
 from spanner_cdc.spark.executor import TableFiles
 
 COMMAND = "python -m bench.bench_lake_storage"

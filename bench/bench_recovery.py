@@ -25,7 +25,8 @@ from bench.extract_support import (
     write_orders,
 )
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.extract.token import FAILPOINT_ENV, LEASE_ENV, LIVENESS_ENV
+from spanner_cdc.extract.failpoints import FAILPOINT_ENV
+from spanner_cdc.extract.token import LEASE_ENV, LIVENESS_ENV
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.settings import Settings, subprocess_env
 

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench.figures import report
-from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.model.records import ChildPartition, ChildPartitionsRecord
 from spanner_cdc.store import Claim, Completion, ManifestFile, MetadataStore
 
 COMMAND = "python -m bench.bench_store"

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.model.records import ChildPartition, ChildPartitionsRecord
 from spanner_cdc.store import Completion, MetadataStore
 
 US = timedelta(microseconds=1)

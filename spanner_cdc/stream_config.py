@@ -12,6 +12,7 @@ from typing import Any
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.names import IDENTIFIER, hourly_dag_id
 from spanner_cdc.settings import DIALECTS, Settings, output_root
+from spanner_cdc.times import utc
 
 CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 DATETIME_HINT = "an ISO 8601 date-time such as 2024-01-01T00:00:00Z (no zone means UTC)"
@@ -118,9 +119,7 @@ def parse_datetime(label: str, value: Any) -> dt.datetime:
         value = dt.datetime(value.year, value.month, value.day)
     if not isinstance(value, dt.datetime):
         raise ConfigError(label, value, DATETIME_HINT)
-    if value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    return value.astimezone(dt.UTC)
+    return utc(value, assume_utc=True)
 
 
 def _schedule(label: str, value: Any) -> str:

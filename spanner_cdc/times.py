@@ -1,9 +1,45 @@
-"""How times and durations are written, each form in one place: RFC 3339 for records, ISO with Z for JSON, words for
-messages, compact forms for people. Imports nothing of the project."""
+"""How times and durations are read and written, each form in one place: the one UTC coercion, the one RFC 3339 parser,
+RFC 3339 for records, ISO with Z for JSON, words for messages, compact forms for people. Imports nothing of the project."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def utc(value: datetime, *, assume_utc: bool = False) -> datetime:
+    """The one UTC coercion: an aware datetime as a plain `datetime` in UTC, to the microsecond. Subclasses (Airflow's
+    pendulum datetimes, the Spanner client's datetimes with nanoseconds) become plain datetimes. A naive datetime is
+    taken as UTC with `assume_utc`, else refused with ValueError (callers raise their own error, naming the field)."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        if not assume_utc:
+            raise ValueError(f"{value.isoformat()} has no time zone")
+        value = value.replace(tzinfo=UTC)
+    else:
+        value = value.astimezone(UTC)
+    if type(value) is datetime:
+        return value
+    return datetime(value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond, tzinfo=UTC)
+
+
+def utc_or_none(value: datetime | None) -> datetime | None:
+    """`utc` of a value that may be missing (a nullable column)."""
+    return None if value is None else utc(value)
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """The one RFC 3339 parser: `2024-05-01T09:00:00.123456789Z` or with an offset (`t`, `z` too; 0 to 9 fraction
+    digits, cut to microseconds) -> an aware datetime in UTC. Anything else (no zone, no seconds, spaces around it, another
+    ISO 8601 form) raises ValueError."""
+    match = _RFC3339.fullmatch(text) if type(text) is str else None
+    if match is None:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
+    day, clock, fraction, zone = match.groups()
+    zone = "+00:00" if zone in ("Z", "z") else zone
+    parsed = datetime.fromisoformat(f"{day}T{clock}.{(fraction or '').ljust(6, '0')[:6]}{zone}")
+    return parsed if zone == "+00:00" else parsed.astimezone(UTC)
 
 
 def rfc3339(value: datetime) -> str:

@@ -26,12 +26,12 @@ from spanner_cdc.devstack.workload_schema import (
     Table,
     ddl_statements,
     encode,
-    parse_timestamp,
     random_value,
 )
 from spanner_cdc.devstack.workload_wire import BatchWriter, fill_mutation
 from spanner_cdc.errors import ConfigError, SpannerCdcError
 from spanner_cdc.names import IMMUTABLE_KEY_RANGE
+from spanner_cdc.times import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +318,7 @@ def load_ground_truth(path: Path) -> list[GroundTruthRow]:
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             data = json.loads(line)
-            data["commit_timestamp"] = parse_timestamp(data["commit_timestamp"])
+            data["commit_timestamp"] = parse_rfc3339(data["commit_timestamp"])
             rows.append(GroundTruthRow(**data))
     return rows
 

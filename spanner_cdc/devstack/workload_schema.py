@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import random
-import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -14,6 +13,7 @@ from typing import Any
 
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.names import IMMUTABLE_KEY_RANGE, PARTITION_MODES, VALUE_CAPTURE_TYPES
+from spanner_cdc.times import parse_rfc3339
 
 GOOGLE_STANDARD_SQL, POSTGRESQL = "GOOGLE_STANDARD_SQL", "POSTGRESQL"
 _GSQL_TYPES = {"STRING": "STRING(MAX)", "BYTES": "BYTES(MAX)", "ARRAY<STRING>": "ARRAY<STRING(MAX)>"}
@@ -220,21 +220,9 @@ def comparable(column_type: str | dict[str, Any], value: Any) -> Any:
     if column_type == "FLOAT64":
         return float(value)
     if column_type == "TIMESTAMP":
-        return parse_timestamp(value)
+        return parse_rfc3339(value)
     if column_type == "JSON":
         return json.loads(value) if isinstance(value, str) else value
     return value
 
 
-_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
-
-
-def parse_timestamp(text: str) -> datetime:
-    """RFC 3339 with any number of fraction digits (nanoseconds are cut to microseconds)."""
-    match = _TIMESTAMP.match(text)
-    if match is None:
-        raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
-    whole, fraction, zone = match.groups()
-    micros = int((fraction or "0")[:6].ljust(6, "0"))
-    parsed = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone))
-    return parsed.replace(microsecond=micros).astimezone(UTC)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.extract.token import failpoint
+from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.window import _store, _stream, layout_of
 from spanner_cdc.lake import storage
 from spanner_cdc.lineage.rules import inclusive_end

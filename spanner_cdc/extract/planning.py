@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spanner_cdc.errors import RetentionError, UsageError, setting
-from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord, PartitionStartRecord
+from spanner_cdc.model.records import ChildPartition, ChildPartitionsRecord, PartitionStartRecord
 from spanner_cdc.times import spelled_duration
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import RetentionError, UsageError, setting
+from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.planning import check_retention, root_partitions
-from spanner_cdc.extract.token import failpoint
 from spanner_cdc.extract.window import _store, _stream, _utc, layout_of
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.layout import check_output_root
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MICROSECOND = timedelta(microseconds=1)
-# SPANNER_CDC_FAILPOINT=<point>[:n] kills the process there (crash tests), as for the extract's points
-SNAPSHOT_FAILPOINTS = ("snapshot_after_job", "snapshot_after_commit", "snapshot_after_marker")
 
 
 @dataclass
@@ -153,7 +151,7 @@ def run_snapshot(settings: Settings, *, at: datetime | None = None) -> SnapshotS
         done = store.snapshot_tables(lineage_id)
         current = store.snapshot(lineage_id)
         if current is None or not current.complete:
-            for table in watched_tables(database, stream, dialect):
+            for table in watched_tables(database, stream, dialect, at):
                 if table.name in done:
                     continue
                 storage.remove_tree(layout.snapshot_table_location(table.name))  # what a crashed attempt left

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 import uuid
@@ -15,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, SpannerCdcError
+from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.lake.layout import LakeLayout, compact_time
 from spanner_cdc.lake.publish import (
     begin_attempt,
@@ -50,28 +50,6 @@ LIVENESS_MODES = ("lock", "lease")
 # How often a running extract checks that it still holds its liveness lock (it re-takes it after a
 # Postgres restart); the lease is renewed less often, every third of it.
 LIVENESS_CHECK_S = 2.0
-# "<point>[:<n>]": the n-th time the extract reaches <point>, it SIGKILLs its own process (crash tests).
-FAILPOINT_ENV = "SPANNER_CDC_FAILPOINT"
-FAILPOINTS = ("after_job", "after_publish", "after_commit")
-_failpoint_hits: dict[str, int] = {}
-_failpoint_lock = threading.Lock()
-
-
-def failpoint(point: str) -> None:
-    """Die like a crash (no cleanup, no finally blocks) at a named point, when the environment asks for it."""
-    spec = os.environ.get(FAILPOINT_ENV)
-    if not spec:
-        return
-    target, _, nth = spec.partition(":")
-    if target != point:
-        return
-    with _failpoint_lock:
-        _failpoint_hits[point] = hit = _failpoint_hits.get(point, 0) + 1
-    if hit == int(nth or 1):
-        log.warning("failpoint %s reached (hit %d): killing the process", point, hit)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def lease_duration() -> timedelta:
     """How long a claim holds a token without renewal (renewed every third of it while the job runs).
 

@@ -12,11 +12,11 @@ from datetime import timedelta
 from typing import Any
 
 from spanner_cdc.errors import ExtractError
+from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.token import (
     ExtractJob,
     LeaseKeeper,
     TokenResult,
-    failpoint,
     manifest_files,
     raise_failures,
     record_failure,

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from spanner_cdc.lake.layout import LakeLayout, check_output_root
 from spanner_cdc.lake.markers import write_marker
 from spanner_cdc.lineage.rules import inclusive_end, read_from
 from spanner_cdc.names import LIVE_READ_METHOD, READ_METHODS, short_token
+from spanner_cdc.times import utc
 
 if TYPE_CHECKING:
     from spanner_cdc.settings import Settings
@@ -150,9 +151,10 @@ class RunSource:
 
 
 def _utc(value: datetime, name: str) -> datetime:
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise UsageError(f"{name} {value.isoformat()} has no time zone: give it with Z or an offset")
-    return value.astimezone(UTC)
+    try:
+        return utc(value)
+    except ValueError:
+        raise UsageError(f"{name} {value.isoformat()} has no time zone: give it with Z or an offset") from None
 
 
 def _window(window_start: datetime, window_end: datetime) -> tuple[datetime, datetime]:

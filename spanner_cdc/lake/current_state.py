@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from spanner_cdc.lake.columns import TIMESTAMP
+from spanner_cdc.times import parse_rfc3339
 
 # Spanner type code -> Arrow type of the state's column (NUMERIC exactly, as Spanner's 38 digits with 9 after the point)
 SCALAR_TYPES: dict[str, pa.DataType] = {
@@ -24,15 +25,6 @@ SPANNER_TYPE_KEY = b"spanner_cdc.column_types"  # the state's column types, kept
 ORDER_COLUMNS = ("commit_timestamp", "server_transaction_id", "record_sequence", "mod_index")
 CHANGE_COLUMNS = ("object", *ORDER_COLUMNS, "change_type", "keys", "new_values", "column_types", "value_capture_type")
 _FULL_ROW = ("NEW_ROW", "NEW_ROW_AND_OLD_VALUES")
-
-
-def parse_timestamp(text: str) -> datetime:
-    """RFC 3339 as Spanner writes it (Z, up to 9 fraction digits) -> an aware UTC datetime, to the microsecond."""
-    head, _, rest = text.rstrip("Zz").partition(".")
-    fraction = "".join(ch for ch in rest if ch.isdigit())
-    zone = rest[len(fraction):] or ("" if "+" in head[10:] or head[10:].count("-") else "+00:00")
-    moment = datetime.fromisoformat(f"{head}.{fraction[:6].ljust(6, '0')}{zone}" if fraction else f"{head}{zone}")
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def arrow_type(spanner_type: Mapping[str, Any]) -> pa.DataType:
@@ -59,7 +51,7 @@ def typed(spanner_type: Mapping[str, Any], value: Any) -> Any:
     if code == "BOOL":
         return bool(value)
     if code == "TIMESTAMP":
-        return parse_timestamp(str(value))
+        return parse_rfc3339(str(value))  # as Spanner writes it: Z, up to 9 fraction digits
     if code == "DATE":
         return date.fromisoformat(str(value))
     if code in ("BYTES", "PROTO"):

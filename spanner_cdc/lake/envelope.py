@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from spanner_cdc.json_text import float_free_text, may_hold_floats, value_text
 from spanner_cdc.lake.columns import LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA, TIMESTAMP
-from spanner_cdc.source.records import ColumnType, DataChangeRecord
+from spanner_cdc.model.records import ColumnType, DataChangeRecord
 
 # Fixed namespace of the event ids: changing it would change every uuid ever landed.
 EVENT_NAMESPACE = uuid.UUID("5d2b8f0e-7c1a-4f6e-9a53-2f8d1c0b7e41")

@@ -26,6 +26,10 @@ TRANSITIONS: Mapping[State, frozenset[State]] = {
     State.FINISHED: frozenset(),
 }
 
+# The states a partition is inserted in: CREATED, a child waiting for its parents; READY, a root partition or one a
+# MUTABLE_KEY_RANGE partition start record announced (no parent to wait for).
+INITIAL: frozenset[State] = frozenset({State.CREATED, State.READY})
+
 # States whose lease, once expired, makes the token claimable again.
 LEASED: frozenset[State] = frozenset({State.SCHEDULED, State.RUNNING})
 

@@ -22,7 +22,9 @@ def batch_write(catalog: Catalog, database: str, request: Any) -> Iterator[bytes
     As in Spanner, a refused group changes nothing and does not stop the others; the groups are applied in
     request order under the commit lock, and answered only after the journals hold all of them."""
     groups = [group.mutations for group in request.mutation_groups]
-    outcomes = catalog.commit_groups(database, groups, request.request_options.transaction_tag)
+    outcomes = catalog.commit_groups(
+        database, groups, request.request_options.transaction_tag, excluded=request.exclude_txn_from_change_streams
+    )
     for index, outcome in enumerate(outcomes):
         response = _Response(indexes=[index])
         if isinstance(outcome, datetime):

@@ -6,12 +6,13 @@ import itertools
 import logging
 import secrets
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from spanner_cdc.local_spanner import ddl
+from spanner_cdc.local_spanner import ddl, ttl
 from spanner_cdc.local_spanner.clock import ServerClock
 from spanner_cdc.local_spanner.group_commit import CommitQueue
 from spanner_cdc.local_spanner.keysets import Rows
@@ -34,7 +35,10 @@ class Engine(Protocol):
     def alter_stream(self, db: str, stream: StreamDef, tables: Mapping[str, TableInfo]) -> None: ...
     def drop_stream(self, db: str, name: str) -> None: ...
     def update_tables(self, db: str, tables: Mapping[str, TableInfo]) -> None: ...
-    def commit(self, db: str, commit_ts: datetime, transaction_id: str, tag: str, changes: Sequence[RowChange]) -> None: ...
+    def commit(
+        self, db: str, commit_ts: datetime, transaction_id: str, tag: str, changes: Sequence[RowChange], *,
+        system: bool = False, excluded: bool = False,
+    ) -> None: ...
 
 
 @dataclass
@@ -65,6 +69,20 @@ class Database:
     data: dict[str, Rows] = field(default_factory=dict)  # the current rows: the newest of `versions`
     operations: list[DdlOperation] = field(default_factory=list)
     versions: Versions = field(default_factory=Versions)
+    # the schema in force from each DDL statement's timestamp on, oldest first: reads at a timestamp use theirs
+    schemas: list[tuple[datetime, Schema]] = field(default_factory=list)
+    last_ddl: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not self.schemas:
+            self.schemas.append((self.create_time, self.schema))
+
+    def schema_at(self, timestamp: datetime | None) -> Schema:
+        """The schema a read at `timestamp` uses (None: now)."""
+        if timestamp is None or (self.last_ddl is not None and timestamp >= self.last_ddl):
+            return self.schema
+        index = bisect_right(self.schemas, timestamp, key=lambda entry: entry[0])
+        return self.schemas[max(index - 1, 0)][1]
 
     @property
     def version_retention(self) -> timedelta:
@@ -79,7 +97,8 @@ class Database:
         if timestamp is None:
             return self.data.get(table, {})
         last = self.versions.last_commit(table)
-        if last is None or last <= timestamp:
+        # the current rows answer unless a commit or a schema change (a dropped column) came after `timestamp`
+        if (last is None or last <= timestamp) and (self.last_ddl is None or self.last_ddl <= timestamp):
             return self.data.get(table, {})
         return self.versions.rows_at(table, timestamp)
 
@@ -242,19 +261,27 @@ class Catalog:
 
     def _plan_ddl(
         self, database: Database, statements: Sequence[str], timestamps: Sequence[datetime]
-    ) -> tuple[Schema, list[tuple[Effect | None, dict[str, TableInfo]]]]:
-        """The new schema and each statement's effect (with the tables after it); raises QueryError, changing nothing."""
+    ) -> tuple[Schema, list[tuple[Effect | None, dict[str, TableInfo], Schema]]]:
+        """The new schema and each statement's effect (with the tables and the schema after it); raises QueryError,
+        changing nothing."""
         schema = database.schema.copy()
         planned = []
         for text, timestamp in zip(statements, timestamps, strict=True):
             effect = schema.apply(ddl.parse(text, database.postgres), timestamp, lambda t: len(database.data.get(t, {})))
-            planned.append((effect, schema.table_infos()))
+            planned.append((effect, schema.table_infos(), schema.copy()))
         return schema, planned
 
     def _apply_ddl(self, database: Database, statements: Sequence[str], timestamps: Sequence[datetime], name: str, call_engine: bool) -> DdlOperation:
         schema, planned = self._plan_ddl(database, statements, timestamps)
         database.schema = schema
-        for (effect, tables), timestamp in zip(planned, timestamps, strict=True):
+        for (_, _, version), timestamp in zip(planned, timestamps, strict=True):
+            database.schemas.append((timestamp, version))
+            database.last_ddl = timestamp
+        if self.clock is not None:  # schemas no read can use any more: older than the version retention
+            horizon = database.earliest_version_time(self.clock.now())
+            while len(database.schemas) > 1 and database.schemas[1][0] <= horizon:
+                del database.schemas[0]
+        for (effect, tables, _), timestamp in zip(planned, timestamps, strict=True):
             self._saw(timestamp)
             if effect is None:
                 if call_engine:
@@ -263,13 +290,15 @@ class Catalog:
             kind = effect[0]
             if kind == "drop_table":
                 database.data.pop(effect[1], None)
-                database.versions.drop_table(effect[1])
-            elif kind == "add_column":
-                for row in database.data.get(effect[1], {}).values():
-                    row[effect[2]] = None
-            elif kind == "drop_column":
-                for row in database.data.get(effect[1], {}).values():
-                    row.pop(effect[2], None)
+                database.versions.drop_table(effect[1], timestamp)
+            elif kind == "add_column":  # new row objects, as for a drop: older versions stay as they were
+                rows = database.data.get(effect[1], {})
+                for key, row in rows.items():
+                    rows[key] = {**row, effect[2]: None}
+            elif kind == "drop_column":  # new row objects: the versions before the DROP keep the column's values
+                rows = database.data.get(effect[1], {})
+                for key, row in rows.items():
+                    rows[key] = {name: value for name, value in row.items() if name != effect[2]}
             if call_engine and self.engine is not None:
                 self._engine_effect(database.name, effect, tables)
                 self._pass_time(database.name, [timestamp])
@@ -310,13 +339,18 @@ class Catalog:
 
     def commit(
         self, db: str, mutations: Iterable[Any], transaction_tag: str = "", prepared: MutationSet | None = None,
-        check: Callable[[Database], None] | None = None,
+        check: Callable[[Database], None] | None = None, *, excluded: bool = False,
     ) -> datetime:
         """Apply mutations (after a read-write transaction's DML effects, `prepared`) atomically; returns the commit
-        timestamp. Raises QueryError and changes nothing on a bad mutation or when `check` (conflicts) refuses."""
-        return self._commit_queue.run(lambda: self._commit_locked(self.database(db), mutations, transaction_tag, prepared, check))
+        timestamp. Raises QueryError and changes nothing on a bad mutation or when `check` (conflicts) refuses.
+        `excluded`: the transaction set exclude_txn_from_change_streams."""
+        return self._commit_queue.run(
+            lambda: self._commit_locked(self.database(db), mutations, transaction_tag, prepared, check, excluded=excluded)
+        )
 
-    def commit_groups(self, db: str, groups: Sequence[Iterable[Any]], transaction_tag: str = "") -> list[datetime | QueryError]:
+    def commit_groups(
+        self, db: str, groups: Sequence[Iterable[Any]], transaction_tag: str = "", *, excluded: bool = False
+    ) -> list[datetime | QueryError]:
         """Each group of mutations committed as its own transaction, in order, with one journal flush for all
         (BatchWrite); per group its commit timestamp, or the QueryError that refused it (and changed nothing)."""
 
@@ -325,7 +359,7 @@ class Catalog:
             database = self.database(db)
             for mutations in groups:
                 try:
-                    outcomes.append(self._commit_locked(database, mutations, transaction_tag, None, None))
+                    outcomes.append(self._commit_locked(database, mutations, transaction_tag, None, None, excluded=excluded))
                 except QueryError as exc:
                     outcomes.append(exc)
             return outcomes
@@ -337,7 +371,7 @@ class Catalog:
 
     def _commit_locked(
         self, database: Database, mutations: Iterable[Any], transaction_tag: str, prepared: MutationSet | None,
-        check: Callable[[Database], None] | None,
+        check: Callable[[Database], None] | None, *, excluded: bool = False, system: bool = False,
     ) -> datetime:
         assert self.clock is not None
         db = database.name
@@ -358,12 +392,41 @@ class Catalog:
             self._record({"op": "commit", "db": db, "ts": stamp,
                           "writes": [[table, list(key), row] for table, key, row in writes]})
         if self.engine is not None:
-            self.engine.commit(db, commit_ts, self._next_transaction_id(), transaction_tag, changes.changes())
+            self.engine.commit(
+                db, commit_ts, self._next_transaction_id(), transaction_tag, changes.changes(), system=system, excluded=excluded
+            )
         horizon = database.earliest_version_time(commit_ts)
         for table, key, row in writes:
             self._write_row(database, commit_ts, table, key, row, horizon)
         self._saw(commit_ts)
         return commit_ts
+
+    def delete_expired(self, now: datetime) -> int:
+        """Run every row deletion policy once at `now`: per table with expired rows, one system transaction deletes
+        them (with their cascades); returns the number of expired rows deleted."""
+        deleted = 0
+        for database in list(self.databases.values()):
+            for name in [t.name for t in database.schema.tables.values() if t.ttl is not None]:
+                deleted += self._commit_queue.run(lambda database=database, name=name: self._expire(database, name, now))  # type: ignore[misc]
+        return deleted
+
+    def _expire(self, database: Database, name: str, now: datetime) -> int:
+        table = database.schema.table(name)
+        if self.databases.get(database.name) is not database or table is None:
+            return 0  # dropped since the sweep began
+        keys = ttl.expired_keys(table, database.data.get(name, {}), now)
+        changes = MutationSet(database.schema, database.data)
+        count = 0
+        for key in keys:
+            saved = changes.savepoint()
+            try:
+                changes.delete(table, key)
+                count += 1
+            except QueryError:  # ON DELETE NO ACTION children: the row stays until they are gone
+                changes.restore(saved)
+        if count:
+            self._commit_locked(database, [], "", changes, None, system=True)
+        return count
 
     def databases_of(self, instance: str) -> Iterator[Database]:
         prefix = instance + "/databases/"

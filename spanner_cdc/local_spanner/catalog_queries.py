@@ -8,7 +8,7 @@ from typing import Any
 
 from spanner_cdc.local_spanner.catalog import Database
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.schema import DEFAULT_RETENTION_TEXT
+from spanner_cdc.local_spanner.schema import DEFAULT_RETENTION_TEXT, Schema, ttl_expression
 from spanner_cdc.local_spanner.sql import Arg, ChangeStreamQuery
 from spanner_cdc.local_spanner.values import parse_timestamp
 
@@ -33,10 +33,12 @@ VIEWS: dict[str, Columns] = {
     "TABLES": [
         ("TABLE_CATALOG", _STRING), ("TABLE_SCHEMA", _STRING), ("TABLE_NAME", _STRING), ("TABLE_TYPE", _STRING),
         ("PARENT_TABLE_NAME", _STRING), ("ON_DELETE_ACTION", _STRING), ("SPANNER_STATE", _STRING),
+        ("ROW_DELETION_POLICY_EXPRESSION", _STRING),
     ],
     "COLUMNS": [
         ("TABLE_CATALOG", _STRING), ("TABLE_SCHEMA", _STRING), ("TABLE_NAME", _STRING), ("COLUMN_NAME", _STRING),
-        ("ORDINAL_POSITION", _INT64), ("IS_NULLABLE", _STRING), ("SPANNER_TYPE", _STRING),
+        ("ORDINAL_POSITION", _INT64), ("IS_NULLABLE", _STRING), ("SPANNER_TYPE", _STRING), ("IS_GENERATED", _STRING),
+        ("GENERATION_EXPRESSION", _STRING), ("IS_STORED", _STRING),
     ],
     # only the primary keys' rows (INDEX_TYPE 'PRIMARY_KEY', INDEX_NAME 'PRIMARY_KEY'): what readers ask it for
     "INDEX_COLUMNS": [
@@ -54,10 +56,11 @@ def argument(arg: Arg, params: Mapping[str, Any]) -> Any:
     return params[arg.param]
 
 
-def view_rows(database: Database, view: str) -> list[dict[str, Any]]:
+def view_rows(database: Database, view: str, schema: Schema | None = None) -> list[dict[str, Any]]:
+    """An INFORMATION_SCHEMA view's rows for `schema` (the one in force at the read's timestamp; default: now)."""
     schema_name = "public" if database.postgres else ""
     base = {"CHANGE_STREAM_CATALOG": "", "CHANGE_STREAM_SCHEMA": schema_name, "TABLE_CATALOG": "", "TABLE_SCHEMA": schema_name}
-    schema = database.schema
+    schema = schema or database.schema
     rows: list[dict[str, Any]] = []
     if view == "CHANGE_STREAMS":
         for stream in schema.streams.values():
@@ -80,13 +83,16 @@ def view_rows(database: Database, view: str) -> list[dict[str, Any]]:
                     rows.append({**base, "CHANGE_STREAM_NAME": stream.name, "TABLE_NAME": table_name, "COLUMN_NAME": column_name})
     elif view == "TABLES":
         for table in schema.tables.values():
-            rows.append({**base, "TABLE_NAME": table.name, "TABLE_TYPE": "BASE TABLE", "PARENT_TABLE_NAME": None,
-                         "ON_DELETE_ACTION": None, "SPANNER_STATE": "COMMITTED"})
+            rows.append({**base, "TABLE_NAME": table.name, "TABLE_TYPE": "BASE TABLE", "PARENT_TABLE_NAME": table.parent,
+                         "ON_DELETE_ACTION": None if table.parent is None else table.on_delete, "SPANNER_STATE": "COMMITTED",
+                         "ROW_DELETION_POLICY_EXPRESSION": None if table.ttl is None else ttl_expression(table.ttl)})
     elif view == "COLUMNS":
         for table in schema.tables.values():
             for position, column in enumerate(table.columns, 1):
                 rows.append({**base, "TABLE_NAME": table.name, "COLUMN_NAME": column.name, "ORDINAL_POSITION": str(position),
-                             "IS_NULLABLE": "NO" if column.not_null else "YES", "SPANNER_TYPE": column.sql_type})
+                             "IS_NULLABLE": "NO" if column.not_null else "YES", "SPANNER_TYPE": column.sql_type,
+                             "IS_GENERATED": "ALWAYS" if column.generated else "NEVER", "GENERATION_EXPRESSION": column.generated or None,
+                             "IS_STORED": "YES" if column.generated else None})
     elif view == "INDEX_COLUMNS":
         for table in schema.tables.values():
             for position, (name, descending) in enumerate(table.key, 1):

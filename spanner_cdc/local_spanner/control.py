@@ -24,9 +24,11 @@ class ControlService:
     """JSON request / response handlers; `engine` is the change stream engine, `status` the server's summary."""
 
     def __init__(
-        self, engine: Any, faults: Any, status: Callable[[], dict[str, Any]], commit_lock: Any = None, clock: Any = None
+        self, engine: Any, faults: Any, status: Callable[[], dict[str, Any]], commit_lock: Any = None, clock: Any = None,
+        sweep_ttl: Callable[[], int] | None = None,
     ) -> None:
         self.engine = engine
+        self.sweep_ttl = sweep_ttl
         self.clock = clock
         self.faults = faults
         self.status = status
@@ -59,6 +61,11 @@ class ControlService:
             raise QueryError("INVALID_ARGUMENT", f"rate={rate}: expected a number > 0 (server seconds per real second)")
         return {"now": format_timestamp(self.clock.set_rate(rate)), "clock_rate": rate}
 
+    def sweep(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.sweep_ttl is None:
+            raise QueryError("UNIMPLEMENTED", "this server has no row deletion policy sweeper")
+        return {"deleted": self.sweep_ttl()}
+
     def handlers(self) -> grpc.GenericRpcHandler:
         def unary(method: Callable[[dict[str, Any]], dict[str, Any]]) -> grpc.RpcMethodHandler:
             def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -83,6 +90,7 @@ class ControlService:
                 "Move": unary(self.move),
                 "Status": unary(lambda _: self.status()),
                 "SetClockRate": unary(self.set_clock_rate),
+                "SweepTtl": unary(self.sweep),
             },
         )
 
@@ -135,6 +143,10 @@ class ControlClient:
     def set_clock_rate(self, rate: float) -> dict[str, Any]:
         """Run the server's clock at `rate` server seconds per real second from now on (it never goes back)."""
         return self._call("SetClockRate", {"rate": rate})
+
+    def sweep_ttl(self) -> int:
+        """Run the row deletion policies now, as the server's sweeper does every --ttl-interval; rows deleted."""
+        return int(self._call("SweepTtl", {})["deleted"])
 
     def close(self) -> None:
         self._channel.close()

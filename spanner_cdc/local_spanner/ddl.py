@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -25,6 +26,7 @@ STREAM_OPTIONS = (
 MIN_RETENTION, MAX_RETENTION = timedelta(days=1), timedelta(days=30)
 MIN_VERSION_RETENTION, MAX_VERSION_RETENTION = timedelta(hours=1), timedelta(days=7)
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+CASCADE, NO_ACTION = "CASCADE", "NO ACTION"  # ON DELETE of an interleaved table; NO ACTION is Spanner's default
 
 @dataclass(frozen=True)
 class ColumnDef:
@@ -33,6 +35,7 @@ class ColumnDef:
     not_null: bool = False
     sql_type: str = ""  # as declared, for GetDatabaseDdl
     options: dict[str, str] = field(default_factory=dict)
+    generated: str = ""  # a STORED generated column's expression, as written (without the outer parentheses)
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,26 @@ class CreateTable:
     columns: tuple[ColumnDef, ...]
     key: tuple[tuple[str, bool], ...]  # (column, descending)
     if_not_exists: bool = False
+    parent: str | None = None  # INTERLEAVE IN PARENT
+    on_delete: str = NO_ACTION
+    ttl: Ttl | None = None  # ROW DELETION POLICY / TTL INTERVAL
+
+
+@dataclass(frozen=True)
+class Ttl:
+    """A row deletion policy: a row expires `days` days after the TIMESTAMP in `column` (never while it is NULL)."""
+
+    column: str
+    days: int
+
+
+@dataclass(frozen=True)
+class SetTtl:
+    """ALTER TABLE: ADD / REPLACE / DROP ROW DELETION POLICY, PostgreSQL's ADD / ALTER / DROP TTL."""
+
+    table: str
+    ttl: Ttl | None  # None: drop it
+    action: str  # "add", "replace" or "drop"
 
 
 @dataclass(frozen=True)
@@ -113,7 +136,7 @@ class AlterDatabase:
 
 Statement = (
     CreateTable | DropTable | AddColumn | DropColumn | CreateIndex | DropIndex | CreateChangeStream | AlterChangeStream
-    | DropChangeStream | AlterDatabase
+    | DropChangeStream | AlterDatabase | SetTtl
 )
 
 
@@ -261,14 +284,53 @@ def _create_table(cur: Cursor) -> CreateTable:
     if not cur.postgres:
         cur.expect("PRIMARY", "KEY")
         key = _key_list(cur)
+    parent, on_delete, ttl = None, NO_ACTION, None
     while cur.accept_punct(",") or cur.peek.is_word("INTERLEAVE", "ROW", "TTL"):
-        if cur.peek.is_word("INTERLEAVE"):
-            raise QueryError("INVALID_ARGUMENT", "INTERLEAVE IN PARENT is not supported by the local Spanner server; use a plain table")
-        if cur.accept("ROW", "DELETION", "POLICY") or cur.accept("TTL", "INTERVAL"):
-            raise QueryError("INVALID_ARGUMENT", "row deletion policies (TTL) are not supported by the local Spanner server")
+        if cur.accept("INTERLEAVE", "IN"):
+            if not cur.accept("PARENT"):
+                raise QueryError("INVALID_ARGUMENT", "INTERLEAVE IN without PARENT is not supported by the local Spanner server: "
+                                                     "use INTERLEAVE IN PARENT")
+            parent = cur.identifier("a parent table name")
+            if cur.accept("ON", "DELETE"):
+                if cur.accept("CASCADE"):
+                    on_delete = CASCADE
+                else:
+                    cur.expect("NO", "ACTION")
+        if cur.peek.is_word("ROW", "TTL"):
+            ttl = _ttl(cur)
     if not key and cur.postgres:
         raise QueryError("INVALID_ARGUMENT", f"Table {name} needs a PRIMARY KEY")
-    return CreateTable(name, tuple(columns), tuple(key), if_not_exists)
+    return CreateTable(name, tuple(columns), tuple(key), if_not_exists, parent, on_delete, ttl)
+
+
+def _ttl(cur: Cursor) -> Ttl:
+    """GoogleSQL `ROW DELETION POLICY (OLDER_THAN(col, INTERVAL n DAY))`, PostgreSQL `TTL INTERVAL 'n days' ON col`."""
+    if cur.postgres:
+        cur.expect("TTL", "INTERVAL")
+        text = cur.string("an interval such as '5 days'")
+        cur.expect("ON")
+        column = cur.identifier("a timestamptz column")
+        match = re.fullmatch(r"\s*(\d+)\s*(days?)\s*", text, re.IGNORECASE)
+        if match is None:
+            raise QueryError("INVALID_ARGUMENT", f"Invalid TTL interval {text!r}: expected a whole number of days, such as '5 days'")
+        return Ttl(column, int(match.group(1)))
+    cur.expect("ROW", "DELETION", "POLICY")
+    cur.expect_punct("(")
+    if cur.identifier("OLDER_THAN").upper() != "OLDER_THAN":
+        cur.index -= 1
+        raise cur.error("OLDER_THAN")
+    cur.expect_punct("(")
+    column = cur.identifier("a TIMESTAMP column")
+    cur.expect_punct(",")
+    cur.expect("INTERVAL")
+    days = cur.next()
+    if days.kind != "number" or not days.text.isdigit():
+        cur.index -= 1
+        raise cur.error("a whole number of days")
+    cur.expect("DAY")
+    cur.expect_punct(")")
+    cur.expect_punct(")")
+    return Ttl(column, int(days.text))
 
 
 def _key_list(cur: Cursor) -> list[tuple[str, bool]]:
@@ -302,6 +364,7 @@ def _column(cur: Cursor) -> tuple[ColumnDef, bool]:
     sql_type = cur.text[start : cur.peek.pos]
     not_null = False
     inline_key = False
+    generated = ""
     options: dict[str, str] = {}
     while True:
         if cur.accept("NOT", "NULL"):
@@ -314,16 +377,34 @@ def _column(cur: Cursor) -> tuple[ColumnDef, bool]:
         elif cur.accept("DEFAULT"):
             raise QueryError("INVALID_ARGUMENT", f"DEFAULT values (column {name}) are not supported by the local Spanner server")
         elif cur.peek.is_word("AS", "GENERATED"):
-            raise QueryError("INVALID_ARGUMENT", f"generated columns (column {name}) are not supported by the local Spanner server")
+            generated = _generation(cur, name)
         elif not cur.postgres and cur.peek.is_word("OPTIONS"):
             options = {k: v for k, v in _options(cur, stream=False).items() if v is not None}
         else:
             break
-    return ColumnDef(name, type_, not_null, sql_type.strip(), options), inline_key
+    return ColumnDef(name, type_, not_null, sql_type.strip(), options, generated), inline_key
+
+
+def _generation(cur: Cursor, column: str) -> str:
+    """GoogleSQL `AS (expr) STORED`, PostgreSQL `GENERATED ALWAYS AS (expr) STORED`: the expression's text."""
+    if cur.postgres:
+        cur.expect("GENERATED", "ALWAYS", "AS")
+    else:
+        cur.expect("AS")
+    text = cur.skip_balanced()[1:-1].strip()
+    if not cur.accept("STORED"):
+        raise QueryError("UNIMPLEMENTED", f"Non-stored generated columns (column {column}) are not supported by the local Spanner server: "
+                                          "declare it STORED")
+    return text
 
 
 def _alter_table(cur: Cursor) -> Statement:
     table = cur.identifier("a table name")
+    if cur.peek.is_word("ADD", "REPLACE", "ALTER") and cur.tokens[cur.index + 1].is_word("ROW", "TTL"):
+        action = "add" if cur.next().is_word("ADD") else "replace"
+        return SetTtl(table, _ttl(cur), action)
+    if cur.accept("DROP", "ROW", "DELETION", "POLICY") or (cur.postgres and cur.accept("DROP", "TTL")):
+        return SetTtl(table, None, "drop")
     if cur.accept("ADD"):
         cur.accept("COLUMN")
         if_not_exists = cur.accept("IF", "NOT", "EXISTS")
@@ -334,7 +415,7 @@ def _alter_table(cur: Cursor) -> Statement:
     if cur.accept("DROP"):
         cur.accept("COLUMN")
         return DropColumn(table, cur.identifier("a column name"))
-    raise cur.error("ADD COLUMN or DROP COLUMN")
+    raise cur.error("ADD COLUMN, DROP COLUMN or a row deletion policy change")
 
 
 def _for_clause(cur: Cursor) -> StreamTables:

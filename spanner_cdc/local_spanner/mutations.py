@@ -6,7 +6,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from spanner_cdc.local_spanner.keysets import Key, Rows, matching_keys
+from spanner_cdc.local_spanner import generated
+from spanner_cdc.local_spanner.ddl import CASCADE
+from spanner_cdc.local_spanner.keysets import Key, Rows, matching_keys, sorted_keys
 from spanner_cdc.local_spanner.model import QueryError, RowChange
 from spanner_cdc.local_spanner.schema import Schema, TableDef
 from spanner_cdc.local_spanner.values import COMMIT_TIMESTAMP_PLACEHOLDER, normalize, pb_to_python
@@ -124,6 +126,8 @@ class MutationSet:
         for name, value in given.items():
             column_name, normalized = self._value(table, name, value)
             values[column_name] = normalized
+        if table.has_generated:
+            generated.refuse_direct_writes(table.name, {c.name: c for c in table.columns}, list(values))
         missing = [name for name in table.key_names if name not in values]
         if missing:
             raise QueryError("FAILED_PRECONDITION", f"Mutation for table {table.name} is missing key column(s): {', '.join(missing)}")
@@ -133,11 +137,15 @@ class MutationSet:
             raise QueryError("ALREADY_EXISTS", f"Row {_show(key)} in table {table.name} already exists")
         if operation == "update" and current is None:
             raise QueryError("NOT_FOUND", f"Row {_show(key)} not found in table {table.name}")
+        if current is None and table.parent is not None:
+            self._check_parent(table, key)
+        if operation == "replace" and current is not None:
+            self._delete_children(table, key)  # a replace deletes the row and writes it again: ON DELETE applies
         touched = self._touch(table, key)
         if current is None or operation == "replace":
             row = {column.name: None for column in table.columns}
             row.update(values)
-            nulls = [c.name for c in table.columns if c.not_null and row[c.name] is None]
+            nulls = [c.name for c in table.columns if c.not_null and not c.generated and row[c.name] is None]
             if nulls:
                 raise QueryError("FAILED_PRECONDITION", f"{table.name}.{nulls[0]} must not be NULL in table {table.name}.")
             if current is None and touched.before is not None:
@@ -147,15 +155,48 @@ class MutationSet:
         else:
             row = dict(current)
             row.update(values)
+        if table.has_generated:
+            computed = generated.compute(table.name, table.columns, row, set(row) if current is None or operation == "replace" else set(values),
+                                         self.schema.postgres)
+            values = {**values, **dict.fromkeys(computed)}
         touched.after = row
         touched.written.update(name for name in values if name not in table.key_names)
 
     def delete(self, table: TableDef, key: Key) -> None:
         if self._current(table, key) is None:
             return
+        self._delete_children(table, key)
         touched = self._touch(table, key)
         touched.after = None
         touched.written.clear()
+
+    def _check_parent(self, table: TableDef, key: Key) -> None:
+        parent = self._table(table.parent or "")
+        parent_key = key[: len(parent.key)]
+        if self._current(parent, parent_key) is None:
+            raise QueryError("NOT_FOUND", f"Insert failed because key was not found in parent table: Parent Table: {parent.name} "
+                                          f"Key: {_show(parent_key)} (row {_show(key)} of interleaved table {table.name})")
+
+    def _delete_children(self, table: TableDef, key: Key) -> None:
+        """Rows of tables interleaved in `table` under `key`: deleted in this transaction (ON DELETE CASCADE, each with its
+        own DELETE change, descendants first) or, under ON DELETE NO ACTION, the delete is refused while one exists."""
+        for child in self.schema.children(table.name):
+            keys = self._child_keys(child, key)
+            if not keys:
+                continue
+            if child.on_delete != CASCADE:
+                raise QueryError("FAILED_PRECONDITION", f"Integrity constraint violation during DELETE/REPLACE. Found child row {_show(keys[0])} "
+                                                        f"in table {child.name} (interleaved ON DELETE NO ACTION) of row {_show(key)} in table {table.name}.")
+            for child_key in keys:
+                self.delete(child, child_key)
+
+    def _child_keys(self, child: TableDef, prefix: Key) -> list[Key]:
+        # a scan of the child table: interleaved rows are not stored under their parent here
+        size = len(prefix)
+        keys = [k for k in self.data.get(child.name, {}) if k[:size] == prefix]
+        keys += [k for (name, k) in self._touched if name == child.name and k[:size] == prefix and k not in self.data.get(child.name, {})]
+        present: Rows = {k: {} for k in keys if self._current(child, k) is not None}
+        return sorted_keys(child, present, self.schema.postgres)
 
     def _matching_keys(self, table: TableDef, key_set: Any) -> list[Key]:
         # keys alone need only membership: no copy of the whole table per delete (a commit's cost stays flat)

@@ -11,7 +11,7 @@ from sqlglot import exp
 from spanner_cdc.local_spanner.catalog_queries import VIEWS, view_rows
 from spanner_cdc.local_spanner.keysets import Rows, matching_keys, sorted_keys
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.schema import TableDef
+from spanner_cdc.local_spanner.schema import Schema, TableDef
 from spanner_cdc.local_spanner.sql_eval import Scope, Typed, comparable, convert, evaluate, truth, unsupported
 from spanner_cdc.local_spanner.sql_statements import Select
 from spanner_cdc.local_spanner.transactions import ReadView
@@ -21,9 +21,9 @@ Columns = list[tuple[str, dict[str, Any]]]
 _INT64 = {"code": "INT64"}
 
 
-def index_table(database: Any, table: TableDef, name: str) -> tuple[TableDef, bool]:
+def index_table(schema: Schema, table: TableDef, name: str) -> tuple[TableDef, bool]:
     """A secondary index as a table keyed by the index key (then the table's key); NOT_FOUND for an unknown index."""
-    index = database.schema.index(name)
+    index = schema.index(name)
     if index is None:
         raise QueryError("NOT_FOUND", f"Index not found: {name}")
     if index.table != table.name:
@@ -58,11 +58,11 @@ def _index_key_set(key_set: Any, index_columns: int) -> Any:
 
 def read_rows(view: ReadView, table_name: str, columns: list[str], key_set: Any, limit: int, index_name: str = "") -> tuple[Columns, list[list[Any]]]:
     """The Read RPC: `columns` of the rows a KeySet names (index keys when reading through an index), in key order."""
-    database = view.database
-    table = database.schema.table(table_name)
+    database, schema = view.database, view.schema
+    table = schema.table(table_name)
     if table is None:
         raise QueryError("NOT_FOUND", f"Table not found: {table_name}")
-    source, null_filtered = index_table(database, table, index_name) if index_name else (table, False)
+    source, null_filtered = index_table(schema, table, index_name) if index_name else (table, False)
     selected = []
     for name in columns:
         column = source.column(name, database.postgres)
@@ -75,7 +75,7 @@ def read_rows(view: ReadView, table_name: str, columns: list[str], key_set: Any,
     if index_name:
         rows = _index_rows(rows, source, null_filtered)
     if index_name:
-        index = database.schema.index(index_name)
+        index = schema.index(index_name)
         assert index is not None
         key_set = _index_key_set(key_set, len(index.key))
     keys = matching_keys(source, database.postgres, rows, key_set)
@@ -90,7 +90,7 @@ def read_rows(view: ReadView, table_name: str, columns: list[str], key_set: Any,
 
 
 def _source(statement: Select, view: ReadView) -> tuple[Columns, list[dict[str, Any]]]:
-    database = view.database
+    database, schema = view.database, view.schema
     if statement.source is None:
         return [], [{}]
     if statement.info_schema:
@@ -98,14 +98,14 @@ def _source(statement: Select, view: ReadView) -> tuple[Columns, list[dict[str, 
         if name not in VIEWS:
             raise QueryError("INVALID_ARGUMENT", f"Unsupported view INFORMATION_SCHEMA.{statement.source}: expected one of {', '.join(VIEWS)}")
         available = [(n.lower() if database.postgres else n, t) for n, t in VIEWS[name]]
-        return available, [{(k.lower() if database.postgres else k): v for k, v in row.items()} for row in view_rows(database, name)]
-    table = database.schema.table(statement.source)
+        return available, [{(k.lower() if database.postgres else k): v for k, v in row.items()} for row in view_rows(database, name, schema)]
+    table = schema.table(statement.source)
     if table is None:
         raise QueryError("INVALID_ARGUMENT", f"Table not found: {statement.source}")
     rows = view.rows(table.name)
     view.scan(table.name)
     if statement.index:
-        index, null_filtered = index_table(database, table, statement.index)
+        index, null_filtered = index_table(schema, table, statement.index)
         rows = _index_rows(rows, index, null_filtered)
         order = sorted_keys(index, rows, database.postgres)
     else:

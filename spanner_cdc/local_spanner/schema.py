@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
-from spanner_cdc.local_spanner import ddl
+from spanner_cdc.local_spanner import ddl, generated
 from spanner_cdc.local_spanner.model import ColumnInfo, QueryError, StreamDef, TableInfo
 from spanner_cdc.local_spanner.values import public_type
 from spanner_cdc.names import IMMUTABLE_KEY_RANGE
@@ -25,6 +25,9 @@ class TableDef:
     name: str
     columns: tuple[ddl.ColumnDef, ...]
     key: tuple[tuple[str, bool], ...]  # (column, descending)
+    parent: str | None = None  # INTERLEAVE IN PARENT: its key is a prefix of this table's key
+    on_delete: str = ddl.NO_ACTION
+    ttl: ddl.Ttl | None = None  # row deletion policy
 
     def column(self, name: str, postgres: bool) -> ddl.ColumnDef | None:
         found = self._by_name.get(name)
@@ -43,6 +46,10 @@ class TableDef:
         for column in self.columns:
             out.setdefault(column.name.lower(), column)
         return out
+
+    @cached_property
+    def has_generated(self) -> bool:
+        return any(column.generated for column in self.columns)
 
     @cached_property
     def key_names(self) -> tuple[str, ...]:
@@ -100,6 +107,10 @@ class Schema:
         found = self._find(self.streams, name)
         return None if found is None else self.streams[found]
 
+    def children(self, name: str) -> list[TableDef]:
+        """Tables interleaved in `name`."""
+        return [table for table in self.tables.values() if table.parent == name]
+
     def table_infos(self) -> dict[str, TableInfo]:
         return {name: table.info() for name, table in self.tables.items()}
 
@@ -115,6 +126,8 @@ class Schema:
             return self._drop_column(statement)
         if isinstance(statement, ddl.CreateIndex):
             return self._create_index(statement)
+        if isinstance(statement, ddl.SetTtl):
+            return self._set_ttl(statement)
         if isinstance(statement, ddl.AlterDatabase):
             self.version_retention = statement.version_retention
             return None
@@ -148,6 +161,7 @@ class Schema:
                 raise QueryError("FAILED_PRECONDITION", f"Duplicate column name {statement.name}.{column.name}.")
             seen.add(folded)
         table = TableDef(statement.name, statement.columns, ())
+        generated.check(statement.name, statement.columns, [name for name, _ in statement.key], self.postgres)
         key = []
         for name, descending in statement.key:
             key_column = table.column(name, self.postgres)
@@ -156,8 +170,53 @@ class Schema:
             if key_column.type["code"] in ("ARRAY", "JSON"):
                 raise QueryError("FAILED_PRECONDITION", f"Key column {statement.name}.{name} has type {key_column.type['code']}, which cannot be a key.")
             key.append((key_column.name, descending))
-        self.tables[statement.name] = replace(table, key=tuple(key))
+        table = replace(table, key=tuple(key))
+        if statement.ttl is not None:
+            table = replace(table, ttl=self._checked_ttl(table, statement.ttl))
+        if statement.parent is not None:
+            table = self._interleave(table, statement.parent, statement.on_delete)
+        self.tables[statement.name] = table
         return ("tables",)
+
+    def _interleave(self, table: TableDef, parent_name: str, on_delete: str) -> TableDef:
+        """Spanner's rule: the parent exists and its primary key columns (names and types) start the child's key."""
+        parent = self.table(parent_name)
+        if parent is None:
+            raise QueryError("NOT_FOUND", f"Table {table.name} is interleaved in a table that does not exist: {parent_name}")
+        for position, (name, _) in enumerate(parent.key):
+            if position >= len(table.key) or not self._same_name(table.key[position][0], name):
+                raise QueryError("FAILED_PRECONDITION", f"Table {table.name} does not reference parent key column {parent.name}.{name}: "
+                                                        f"an interleaved table's primary key starts with its parent's ({', '.join(parent.key_names)})")
+            child_column, parent_column = table.column(table.key[position][0], self.postgres), parent.column(name, self.postgres)
+            assert child_column is not None and parent_column is not None
+            if public_type(child_column.type) != public_type(parent_column.type):
+                raise QueryError("FAILED_PRECONDITION", f"Type of {table.name}.{child_column.name} does not match the type of its parent "
+                                                        f"key column {parent.name}.{parent_column.name}")
+        return replace(table, parent=parent.name, on_delete=on_delete)
+
+    def _checked_ttl(self, table: TableDef, ttl: ddl.Ttl) -> ddl.Ttl:
+        column = table.column(ttl.column, self.postgres)
+        if column is None:
+            raise QueryError("NOT_FOUND", f"Row deletion policy of table {table.name} names a column that does not exist: {ttl.column}")
+        if column.type["code"] != "TIMESTAMP":
+            raise QueryError("FAILED_PRECONDITION", f"Row deletion policy of table {table.name}: column {column.name} must be a TIMESTAMP "
+                                                    f"(it is {column.sql_type})")
+        return replace(ttl, column=column.name)
+
+    def _set_ttl(self, statement: ddl.SetTtl) -> Effect | None:
+        table = self.table(statement.table)
+        if table is None:
+            raise QueryError("NOT_FOUND", f"Table not found: {statement.table}")
+        if statement.action == "add" and table.ttl is not None:
+            raise QueryError("FAILED_PRECONDITION", f"Table {table.name} already has a row deletion policy; replace it instead.")
+        if statement.action != "add" and table.ttl is None:
+            raise QueryError("FAILED_PRECONDITION", f"Table {table.name} has no row deletion policy.")
+        ttl = None if statement.ttl is None else self._checked_ttl(table, statement.ttl)
+        self.tables[table.name] = replace(table, ttl=ttl)
+        return None
+
+    def _same_name(self, a: str, b: str) -> bool:
+        return a == b if self.postgres else a.lower() == b.lower()
 
     def _create_index(self, statement: ddl.CreateIndex) -> Effect | None:
         if self._find(self.indexes, statement.name) is not None or self._find(self.tables, statement.name) is not None:
@@ -188,6 +247,8 @@ class Schema:
         for stream in self.streams.values():
             if stream.tables is not None and found in stream.tables:
                 raise QueryError("FAILED_PRECONDITION", f"Cannot drop table {found}: it is tracked by change stream {stream.name}; alter the change stream first.")
+        for child in self.children(found):
+            raise QueryError("FAILED_PRECONDITION", f"Cannot drop table {found}: table {child.name} is interleaved in it; drop that table first.")
         for index in self.indexes.values():
             if index.table == found:
                 raise QueryError("FAILED_PRECONDITION", f"Cannot drop table {found}: index {index.name} uses it; drop the index first.")
@@ -204,6 +265,11 @@ class Schema:
             raise QueryError("FAILED_PRECONDITION", f"Duplicate column name {table.name}.{statement.column.name}.")
         if statement.column.not_null and row_count(table.name):
             raise QueryError("FAILED_PRECONDITION", f"Cannot add NOT NULL column {table.name}.{statement.column.name} to a table that has rows.")
+        if statement.column.generated:
+            if row_count(table.name):
+                raise QueryError("UNIMPLEMENTED", f"Adding generated column {table.name}.{statement.column.name} to a table that has rows "
+                                                  "is not supported by the local Spanner server (it would backfill them)")
+            generated.check(table.name, table.columns + (statement.column,), table.key_names, self.postgres)
         self.tables[table.name] = replace(table, columns=table.columns + (statement.column,))
         return ("add_column", table.name, statement.column.name)
 
@@ -216,6 +282,11 @@ class Schema:
             raise QueryError("NOT_FOUND", f"Column not found in table {table.name}: {statement.column}")
         if column.name in table.key_names:
             raise QueryError("FAILED_PRECONDITION", f"Cannot drop key column {table.name}.{column.name}.")
+        if table.ttl is not None and table.ttl.column == column.name:
+            raise QueryError("FAILED_PRECONDITION", f"Cannot drop column {table.name}.{column.name}: the table's row deletion policy uses it.")
+        for other in table.columns:
+            if other.generated and column.name in generated.references(table.name, table.columns, other, self.postgres):
+                raise QueryError("FAILED_PRECONDITION", f"Cannot drop column {table.name}.{column.name}: generated column {other.name} references it.")
         for stream in self.streams.values():
             tracked = None if stream.tables is None else stream.tables.get(table.name, ())
             if tracked and column.name in tracked:
@@ -297,14 +368,20 @@ class Schema:
             text = f"  {self.quote(column.name)} {column.sql_type}"
             if column.not_null:
                 text += " NOT NULL"
+            if column.generated:
+                text += f" GENERATED ALWAYS AS ({column.generated}) STORED" if self.postgres else f" AS ({column.generated}) STORED"
             if column.options:
                 text += " OPTIONS (" + ", ".join(f"{k} = {v}" for k, v in column.options.items()) + ")"
             lines.append(text + ",")
         key = ", ".join(self.quote(name) + (" DESC" if descending else "") for name, descending in table.key)
+        interleave = "" if table.parent is None else f" INTERLEAVE IN PARENT {self.quote(table.parent)} ON DELETE {table.on_delete}"
         if self.postgres:
             lines.append(f"  PRIMARY KEY({key})")
-            return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + "\n)"
-        return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + f"\n) PRIMARY KEY({key})"
+            ttl = "" if table.ttl is None else f" TTL INTERVAL '{table.ttl.days} days' ON {self.quote(table.ttl.column)}"
+            return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + "\n)" + interleave + ttl
+        ttl = "" if table.ttl is None else f", ROW DELETION POLICY ({ttl_expression(table.ttl, self.quote)})"
+        return f"CREATE TABLE {self.quote(table.name)} (\n" + "\n".join(lines) + f"\n) PRIMARY KEY({key})" + (
+            "," + interleave if interleave else "") + ttl
 
     def _stream_ddl(self, stream: StreamDef) -> str:
         text = f"CREATE CHANGE STREAM {self.quote(stream.name)}"
@@ -319,6 +396,10 @@ class Schema:
             values = ", ".join(f"{k} = {v if v in ('true', 'false') else repr(v)}" for k, v in stream.options.items())
             text += f" WITH ({values})" if self.postgres else f" OPTIONS ({values})"
         return text
+
+
+def ttl_expression(ttl: ddl.Ttl, quote: Callable[[str], str] = str) -> str:
+    return f"OLDER_THAN({quote(ttl.column)}, INTERVAL {ttl.days} DAY)"
 
 
 def stream_def(name: str, tables: Mapping[str, tuple[str, ...] | None] | None, options: dict[str, str], created_at: datetime | None) -> StreamDef:

@@ -21,6 +21,7 @@ from spanner_cdc.local_spanner.clock import ServerClock
 from spanner_cdc.local_spanner.control import ControlService
 from spanner_cdc.local_spanner.persistence import ClockMark, Journal
 from spanner_cdc.local_spanner.streaming import FaultInjector
+from spanner_cdc.local_spanner.ttl import DEFAULT_TTL_INTERVAL_SECONDS, TtlSweeper
 from spanner_cdc.local_spanner.values import format_timestamp, parse_timestamp
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class ServerOptions:
     policy: Any = None  # changestream.policy.PartitionPolicy; None = the engine's default
     max_workers: int = 128
     fsync: bool = False
+    ttl_interval: float = DEFAULT_TTL_INTERVAL_SECONDS  # real seconds between row deletion policy sweeps; 0: none
 
 
 def _default_engine(clock: ServerClock, data_dir: Path | None, policy: Any, fsync: bool = False) -> Any:
@@ -74,7 +76,9 @@ class LocalSpannerServer:
         self.faults = FaultInjector()
         self.spanner = spanner_service.SpannerService(self.catalog, self.engine, self.faults)
         self.admin = admin_service.AdminService(self.catalog)
-        self.control = ControlService(self.engine, self.faults, self.status, commit_lock=self.catalog.lock, clock=self.clock)
+        self.control = ControlService(self.engine, self.faults, self.status, commit_lock=self.catalog.lock, clock=self.clock,
+                                      sweep_ttl=self.sweep_ttl)
+        self._ttl = TtlSweeper(self.sweep_ttl, options.ttl_interval) if options.ttl_interval > 0 else None
         self._server: grpc.Server | None = None
         self._stopping = threading.Event()
         self._marker: threading.Thread | None = None
@@ -88,6 +92,10 @@ class LocalSpannerServer:
             self.clock_mark.write(format_timestamp(self.clock.now() + lead))
             if self._stopping.wait(CLOCK_MARK_LEAD_SECONDS / 2):
                 return
+
+    def sweep_ttl(self) -> int:
+        """Delete the rows row deletion policies expired by server time now; their number."""
+        return self.catalog.delete_expired(self.clock.now())
 
     def status(self) -> dict[str, Any]:
         with self.catalog.lock:
@@ -133,6 +141,8 @@ class LocalSpannerServer:
             self._marker.start()
         server.start()
         self._server = server
+        if self._ttl is not None:
+            self._ttl.start()
         return self.port
 
     @staticmethod
@@ -163,6 +173,8 @@ class LocalSpannerServer:
             self._server.stop(grace).wait()
             self._server = None
         self._stopping.set()
+        if self._ttl is not None:
+            self._ttl.stop()
         if self._marker is not None:
             self._marker.join()
             self._marker = None

@@ -54,6 +54,7 @@ from spanner_cdc.local_spanner.transactions import (
     READ_WRITE,
     ReadView,
     Transaction,
+    excluded_from_change_streams,
     read_timestamp,
 )
 from spanner_cdc.local_spanner.values import pb_timestamp, pb_to_python
@@ -108,7 +109,7 @@ class SpannerService:
 
     def _begin(self, database: Database, options: Any, tag: str) -> Transaction:
         kind = options.WhichOneof("mode") or READ_WRITE
-        transaction = Transaction(secrets.token_bytes(16), kind, tag)
+        transaction = Transaction(secrets.token_bytes(16), kind, tag, excluded=excluded_from_change_streams(options))
         if kind == READ_ONLY:
             transaction.read_timestamp = self._read_timestamp(database, options.read_only)
         return self._register(transaction)
@@ -134,6 +135,7 @@ class SpannerService:
                 return self._transactions.get(selector.id), b"", None
         if which == "single_use":
             options = selector.single_use
+            excluded_from_change_streams(options)
             if options.WhichOneof("mode") != READ_ONLY:
                 raise QueryError("INVALID_ARGUMENT", "A single-use transaction must be read-only here; begin a read-write transaction")
             timestamp = self._read_timestamp(database, options.read_only)
@@ -157,7 +159,11 @@ class SpannerService:
         tag = request.request_options.transaction_tag or (transaction.tag if transaction else "")
         prepared = transaction.changes if transaction is not None and transaction.kind == READ_WRITE else None
         check = transaction.check_conflicts if transaction is not None and (transaction.reads or transaction.scans) else None
-        commit_ts = self.catalog.commit(session.database, request.mutations, tag, prepared, check)
+        if transaction is not None:
+            excluded = transaction.excluded
+        else:  # Commit with single_use_transaction (the client's batch): its options come with it
+            excluded = request.HasField("single_use_transaction") and excluded_from_change_streams(request.single_use_transaction)
+        commit_ts = self.catalog.commit(session.database, request.mutations, tag, prepared, check, excluded=excluded)
         response = CommitResponse.pb()()
         response.commit_timestamp.CopyFrom(pb_timestamp(commit_ts))
         if request.return_commit_stats:
@@ -212,7 +218,7 @@ class SpannerService:
                 transaction.changes = MutationSet(database.schema, database.data)
             outcome = run_dml(plan, self._view(database, transaction), transaction.changes, params)
         if partitioned:  # each partitioned DML statement commits on its own
-            self.catalog.commit(database.name, [], transaction.tag, transaction.changes)
+            self.catalog.commit(database.name, [], transaction.tag, transaction.changes, excluded=transaction.excluded)
             transaction.changes = None
         result = Result(outcome.columns, outcome.rows, begun, None, outcome.row_count, partitioned)
         if seqno:

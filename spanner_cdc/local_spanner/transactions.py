@@ -13,6 +13,7 @@ from spanner_cdc.local_spanner.values import format_timestamp
 if TYPE_CHECKING:
     from spanner_cdc.local_spanner.catalog import Database
     from spanner_cdc.local_spanner.mutations import MutationSet
+    from spanner_cdc.local_spanner.schema import Schema
 
 NEVER = datetime.min.replace(tzinfo=UTC)
 READ_ONLY, READ_WRITE, PARTITIONED_DML = "read_only", "read_write", "partitioned_dml"
@@ -31,6 +32,7 @@ class Transaction:
     reads: dict[tuple[str, Key], datetime] = field(default_factory=dict)
     scans: dict[str, datetime] = field(default_factory=dict)
     dml_results: dict[int, Any] = field(default_factory=dict)  # seqno -> result: a retried statement runs once
+    excluded: bool = False  # exclude_txn_from_change_streams: left out of streams with allow_txn_exclusion
 
     def read_row(self, table: str, key: Key, at: datetime | None) -> None:
         self.reads.setdefault((table, key), at or NEVER)
@@ -49,6 +51,17 @@ class Transaction:
             last = database.versions.last_commit(table)
             if last is not None and last > at:
                 raise _aborted(table)
+
+
+def excluded_from_change_streams(options: Any) -> bool:
+    """TransactionOptions.exclude_txn_from_change_streams; INVALID_ARGUMENT on a read-only transaction, as Spanner
+    answers (the option is for read-write and partitioned DML transactions only)."""
+    if not options.exclude_txn_from_change_streams:
+        return False
+    if options.WhichOneof("mode") == READ_ONLY:
+        raise QueryError("INVALID_ARGUMENT", "exclude_txn_from_change_streams can only be set on read-write or partitioned DML transactions, "
+                                             "not on a read-only transaction")
+    return True
 
 
 def _aborted(table: str) -> QueryError:
@@ -103,6 +116,11 @@ class ReadView:
     timestamp: datetime | None = None
     transaction: Transaction | None = None
     seen: datetime | None = None
+
+    @property
+    def schema(self) -> Schema:
+        """The schema in force at the view's timestamp (a stale read sees the tables and columns of its time)."""
+        return self.database.schema_at(self.timestamp)
 
     def rows(self, table: str) -> Any:
         transaction = self.transaction

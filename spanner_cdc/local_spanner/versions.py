@@ -26,6 +26,7 @@ class Versions:
 
     def __init__(self) -> None:
         self.tables: dict[str, _Table] = {}
+        self.dropped: dict[str, list[tuple[datetime, _Table]]] = {}  # name -> (dropped at, its history), oldest first
         self._writes = 0
 
     def write(self, table: str, key: Key, commit_ts: datetime, row: dict[str, Any] | None, horizon: datetime | None) -> None:
@@ -45,6 +46,10 @@ class Versions:
 
     def sweep(self, horizon: datetime) -> None:
         """Forget versions no read at or after `horizon` can see (a deleted row disappears entirely)."""
+        for name in list(self.dropped):
+            self.dropped[name] = [(at, old) for at, old in self.dropped[name] if at > horizon]
+            if not self.dropped[name]:
+                del self.dropped[name]
         for entry in self.tables.values():
             for key in list(entry.keys):
                 versions = entry.keys[key]
@@ -52,8 +57,11 @@ class Versions:
                 if versions[-1][1] is None and versions[-1][0] <= horizon:
                     del entry.keys[key]
 
-    def drop_table(self, table: str) -> None:
-        self.tables.pop(table, None)
+    def drop_table(self, table: str, at: datetime | None = None) -> None:
+        """Forget the table's versions; with `at` (the DROP's timestamp) a read before `at` still sees them."""
+        entry = self.tables.pop(table, None)
+        if entry is not None and at is not None:
+            self.dropped.setdefault(table, []).append((at, entry))
 
     def last_commit(self, table: str, key: Key | None = None) -> datetime | None:
         """Newest commit that wrote the row `key` (or any row of `table`)."""
@@ -66,8 +74,13 @@ class Versions:
         return None if versions is None else versions[-1][0]
 
     def rows_at(self, table: str, timestamp: datetime) -> Rows:
-        """The table's rows as committed at `timestamp` (every commit at or before it, none after)."""
+        """The table's rows as committed at `timestamp` (every commit at or before it, none after); a table dropped
+        after `timestamp` answers with its rows then."""
         entry = self.tables.get(table)
+        for dropped_at, old in self.dropped.get(table, ()):
+            if timestamp < dropped_at:
+                entry = old
+                break
         if entry is None:
             return {}
         out: Rows = {}

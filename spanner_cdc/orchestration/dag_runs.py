@@ -18,12 +18,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.times import utc
+
 PROGRESS = "spanner-cdc-progress: "
 
 
 def _parse_time(value: str) -> dt.datetime:
-    parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    return utc(dt.datetime.fromisoformat(value.replace("Z", "+00:00")), assume_utc=True)
 
 
 def _override_retries(dag: Any, retries: int, delay_s: float) -> None:

@@ -11,16 +11,9 @@ from spanner_cdc.names import LIVE_READ_METHOD
 from spanner_cdc.orchestration import waves
 from spanner_cdc.orchestration.connections import stream_settings
 from spanner_cdc.orchestration.failures import fail_fast
+from spanner_cdc.times import utc  # Airflow hands out pendulum datetimes; the pipeline gets plain ones
 
 log = logging.getLogger(__name__)
-
-
-def utc(value: dt.datetime) -> dt.datetime:
-    """Airflow hands out pendulum datetimes; the pipeline gets plain aware UTC datetimes."""
-    value = value.astimezone(dt.UTC)
-    return dt.datetime(
-        value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond, tzinfo=dt.UTC
-    )
 
 
 def max_map_length() -> int:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.orchestration.connections import stream_settings
 from spanner_cdc.orchestration.failures import fail_fast
-from spanner_cdc.orchestration.hourly import utc
+from spanner_cdc.times import utc
 
 if TYPE_CHECKING:
     from spanner_cdc.settings import Settings

@@ -7,7 +7,7 @@ from typing import Any
 
 from spanner_cdc.orchestration.connections import stream_settings
 from spanner_cdc.orchestration.failures import fail_fast
-from spanner_cdc.orchestration.hourly import utc
+from spanner_cdc.times import utc
 
 
 @fail_fast

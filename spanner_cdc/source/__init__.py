@@ -1,2 +1,2 @@
-"""The change stream source: typed records, queries, the result decoder, the client adapter, the partition reader and the
-all-partitions workflow. Imports only lineage-free helpers (errors, times, settings); never the store, the lake or Spark."""
+"""The change stream source: queries, the result decoder, the client adapter, the partition reader and the
+all-partitions workflow, producing the records of `model/`. Never imports the store, the lake or Spark."""

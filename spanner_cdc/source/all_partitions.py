@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from spanner_cdc.errors import SourceError
+from spanner_cdc.model.records import ChangeRecord, ChildPartitionsRecord, PartitionStartRecord
 from spanner_cdc.source.queries import validate_window
-from spanner_cdc.source.records import ChangeRecord, ChildPartitionsRecord, PartitionStartRecord
 from spanner_cdc.times import rfc3339
 
 log = logging.getLogger(__name__)

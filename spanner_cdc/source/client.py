@@ -15,6 +15,7 @@ from google.api_core import exceptions as gexc
 from spanner_cdc.errors import NotFound, SourceError
 from spanner_cdc.names import GOOGLE_STANDARD_SQL, POSTGRESQL
 from spanner_cdc.source.queries import validate_dialect, validate_stream_name
+from spanner_cdc.times import utc
 
 if TYPE_CHECKING:
     from google.cloud.spanner_v1.database import Database
@@ -210,5 +211,5 @@ def stream_created_at(database: Database, stream: str) -> datetime | None:
 
 def _as_datetime(stamp: Any) -> datetime:
     if isinstance(stamp, datetime):
-        return stamp.astimezone(UTC) if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+        return utc(stamp, assume_utc=True)
     return stamp.ToDatetime(tzinfo=UTC)  # a protobuf Timestamp

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from google.cloud.spanner_v1 import param_types
 
 from spanner_cdc.errors import ConfigError, UsageError
 from spanner_cdc.names import DIALECTS, GOOGLE_STANDARD_SQL, IDENTIFIER, IDENTIFIER_ACCEPTED
+from spanner_cdc.times import utc
 
 HEARTBEAT_MIN_MS = 1_000
 HEARTBEAT_MAX_MS = 300_000
@@ -48,13 +49,13 @@ def validate_dialect(dialect: object, field: str = "dialect") -> str:
 
 def utc_timestamp(value: object, field: str) -> datetime:
     """A timezone-aware datetime as a plain UTC datetime (µs); naive datetimes are refused."""
-    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
-        raise ConfigError(field, value, "a timezone-aware datetime")
-    value = value.astimezone(UTC)
-    # a plain datetime: the client sends subclasses carrying nanoseconds with their stale nanos
-    return datetime(
-        value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond, tzinfo=UTC
-    )
+    # a plain datetime (times.utc): the client sends subclasses carrying nanoseconds with their stale nanos
+    try:
+        if isinstance(value, datetime):
+            return utc(value)
+    except ValueError:
+        pass
+    raise ConfigError(field, value, "a timezone-aware datetime")
 
 
 def validate_window(start: object, end: object) -> tuple[datetime, datetime | None]:

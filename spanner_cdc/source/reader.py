@@ -11,9 +11,11 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError, setting
+from spanner_cdc.model.records import ChangeRecord, DataChangeRecord, HeartbeatRecord, PartitionEndRecord
 from spanner_cdc.names import MUTABLE_KEY_RANGE, POSTGRESQL
-from spanner_cdc.source.decode import lazy_decode, postgresql_records, row_mapper
-from spanner_cdc.source.decode_proto import proto_row_mapper
+from spanner_cdc.source.decode.mapper import lazy_decode, row_mapper
+from spanner_cdc.source.decode.postgresql import postgresql_records
+from spanner_cdc.source.decode.proto import proto_row_mapper
 from spanner_cdc.source.partition_mode import validate_partition_mode
 from spanner_cdc.source.queries import (
     build_query,
@@ -22,7 +24,6 @@ from spanner_cdc.source.queries import (
     validate_stream_name,
     validate_window,
 )
-from spanner_cdc.source.records import ChangeRecord, DataChangeRecord, HeartbeatRecord, PartitionEndRecord
 from spanner_cdc.times import rfc3339
 
 log = logging.getLogger(__name__)

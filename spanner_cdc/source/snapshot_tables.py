@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -52,10 +53,11 @@ def _rows(snapshot: Any, sql: str, stream: str | None, dialect: str) -> list[lis
     return [list(r) for r in snapshot.execute_sql(sql, params=params, param_types=types, timeout=ADMIN_TIMEOUT_S)]
 
 
-def watched_tables(database: Any, stream: str, dialect: str) -> list[WatchedTable]:
-    """The tables the stream watches, each with its key and watched columns, from one multi-use read."""
+def watched_tables(database: Any, stream: str, dialect: str, at: datetime | None = None) -> list[WatchedTable]:
+    """The tables the stream watches, each with its key and watched columns, from one multi-use read at `at` (the
+    schema then: a column dropped or a table added since does not change what a snapshot at `at` reads); None: now."""
     try:
-        with database.snapshot(multi_use=True) as snap:
+        with database.snapshot(multi_use=True, **({} if at is None else {"read_timestamp": at})) as snap:
             found = {
                 view: _rows(snap, _sql(view, dialect), stream if "{p}" in text else None, dialect) for view, text in _VIEWS.items()
             }

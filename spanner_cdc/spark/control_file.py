@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from spanner_cdc.lake import storage
-from spanner_cdc.source.records import (
+from spanner_cdc.model.records import (
     ChangeRecord,
     ChildPartition,
     ChildPartitionsRecord,

@@ -20,7 +20,7 @@ from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import PARTITION_COLUMN
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
 from spanner_cdc.lake.layout import object_name
-from spanner_cdc.source.records import ChangeRecord, DataChangeRecord
+from spanner_cdc.model.records import ChangeRecord, DataChangeRecord
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 

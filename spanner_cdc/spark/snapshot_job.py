@@ -19,7 +19,7 @@ from spanner_cdc.errors import ExtractError
 from spanner_cdc.lake.envelope import DEFAULT_MAX_ROWS, column_types_json
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.snapshot import SnapshotContext, snapshot_batch
-from spanner_cdc.source.records import ColumnType
+from spanner_cdc.model.records import ColumnType
 from spanner_cdc.source.snapshot_tables import plain, type_json
 from spanner_cdc.spark.datasource import FILES_DDL
 from spanner_cdc.spark.executor import TableFiles, _database

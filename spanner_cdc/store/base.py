@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,6 +12,7 @@ from spanner_cdc.errors import NotFound
 from spanner_cdc.lineage import rules
 from spanner_cdc.store.database import Database
 from spanner_cdc.store.models import Lineage, ManifestFile, PartitionRow, WindowRow
+from spanner_cdc.times import utc, utc_or_none
 
 LINEAGE_COLUMNS = "id, stream, namespace, database, created_at"
 PARTITION_COLUMNS = """
@@ -32,16 +32,8 @@ WINDOW_COLUMNS = (
 MANIFEST_COLUMNS = "path, token, range_start, range_end, window_start, window_end, rows, bytes, table_name"
 
 
-def utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
-
-
-def utc_required(value: datetime) -> datetime:
-    return value.astimezone(UTC)
-
-
 def lineage_from(row: Row[Any]) -> Lineage:
-    return Lineage(row.id, row.stream, row.namespace, row.database, utc_required(row.created_at))
+    return Lineage(row.id, row.stream, row.namespace, row.database, utc(row.created_at))
 
 
 def partition_from(
@@ -51,17 +43,17 @@ def partition_from(
     return PartitionRow(
         lineage_id=row.lineage_id,
         token=row.token,
-        start=utc_required(row.partition_start),
-        end=utc(row.partition_end),
+        start=utc(row.partition_start),
+        end=utc_or_none(row.partition_end),
         state=rules.State(row.state),
-        watermark=utc(row.watermark),
-        created_at=utc_required(row.created_at),
-        ready_at=utc(row.ready_at),
-        scheduled_at=utc(row.scheduled_at),
-        running_at=utc(row.running_at),
-        finished_at=utc(row.finished_at),
+        watermark=utc_or_none(row.watermark),
+        created_at=utc(row.created_at),
+        ready_at=utc_or_none(row.ready_at),
+        scheduled_at=utc_or_none(row.scheduled_at),
+        running_at=utc_or_none(row.running_at),
+        finished_at=utc_or_none(row.finished_at),
         lease_owner=row.lease_owner,
-        lease_expires_at=utc(row.lease_expires_at),
+        lease_expires_at=utc_or_none(row.lease_expires_at),
         attempts=row.attempts,
         last_error=row.last_error,
         parents=tuple(row.parents) if parents is None else parents,
@@ -75,15 +67,15 @@ def window_from(row: Row[Any]) -> WindowRow:
         check = json.loads(check)
     return WindowRow(
         lineage_id=row.lineage_id,
-        start=utc_required(row.window_start),
-        end=utc_required(row.window_end),
+        start=utc(row.window_start),
+        end=utc(row.window_end),
         state=row.state,
         records=row.records,
         files=row.files,
         transaction_check=check,
         marker_path=row.marker_path,
-        opened_at=utc_required(row.opened_at),
-        closed_at=utc(row.closed_at),
+        opened_at=utc(row.opened_at),
+        closed_at=utc_or_none(row.closed_at),
     )
 
 
@@ -91,10 +83,10 @@ def manifest_from(row: Row[Any]) -> ManifestFile:
     return ManifestFile(
         path=row.path,
         token=row.token,
-        range_start=utc_required(row.range_start),
-        range_end=utc_required(row.range_end),
-        window_start=utc(row.window_start),
-        window_end=utc(row.window_end),
+        range_start=utc(row.range_start),
+        range_end=utc(row.range_end),
+        window_start=utc_or_none(row.window_start),
+        window_end=utc_or_none(row.window_end),
         rows=row.rows,
         bytes=row.bytes,
         table_name=row.table_name,

@@ -11,8 +11,8 @@ import msgspec
 from sqlalchemy.engine import Connection, Row
 
 from spanner_cdc.lineage import rules
-from spanner_cdc.source.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
-from spanner_cdc.store.base import StoreBase, utc_required
+from spanner_cdc.model.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
+from spanner_cdc.store.base import StoreBase
 from spanner_cdc.store.batch_sql import LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
 from spanner_cdc.store.models import BatchResult, Claim, Completion, LeaseLost
 from spanner_cdc.store.transition_sql import (
@@ -23,6 +23,7 @@ from spanner_cdc.store.transition_sql import (
     LEASE_HOLDER,
     PROMOTE,
 )
+from spanner_cdc.times import utc
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ class BatchTransitions(StoreBase):
             "lease": lease,
         }
         rows: Sequence[Row[Any]] = self._db.statement(lambda conn: conn.execute(RENEW_MANY, params).all())
-        expires = {row.token: utc_required(row.lease_expires_at) for row in rows}
+        expires = {row.token: utc(row.lease_expires_at) for row in rows}
         renewed = [
             Claim(c.lineage_id, c.token, c.partition_start, c.watermark, c.owner, c.attempt, expires[c.token])
             for c in claims

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection
 
 from spanner_cdc.errors import NotFound, StoreError, setting
 from spanner_cdc.lineage import rules
-from spanner_cdc.source.records import ChildPartition
+from spanner_cdc.model.records import ChildPartition
 from spanner_cdc.store.base import (
     LINEAGE_COLUMNS,
     PARTITION_COLUMNS,
@@ -19,11 +19,10 @@ from spanner_cdc.store.base import (
     StoreBase,
     lineage_from,
     partition_from,
-    utc,
-    utc_required,
     window_from,
 )
 from spanner_cdc.store.models import Lineage, LineageGraph, PartitionRow
+from spanner_cdc.times import utc, utc_or_none
 
 INSERT_LINEAGE = sa.text(
     "INSERT INTO cdc_lineages (stream, namespace, database) VALUES (:stream, :namespace, :database) "
@@ -142,7 +141,7 @@ class LineageQueries(StoreBase):
     def low_watermark(self, lineage_id: int) -> datetime | None:
         """The lowest watermark over unfinished partitions (just before its start for one never read)."""
         return self._db.transaction(
-            lambda conn: utc(conn.execute(LOW_WATERMARK, {"lineage_id": lineage_id}).scalar_one())
+            lambda conn: utc_or_none(conn.execute(LOW_WATERMARK, {"lineage_id": lineage_id}).scalar_one())
         )
 
     def graph(self, lineage_id: int) -> LineageGraph:
@@ -161,7 +160,7 @@ class LineageQueries(StoreBase):
                     params,
                 )
             ]  # fmt: skip
-            low = utc(conn.execute(LOW_WATERMARK, params).scalar_one())
+            low = utc_or_none(conn.execute(LOW_WATERMARK, params).scalar_one())
             windows = conn.execute(
                 sa.text(
                     f"SELECT {WINDOW_COLUMNS} FROM cdc_windows WHERE lineage_id = :lineage_id "
@@ -182,7 +181,7 @@ class LineageQueries(StoreBase):
                 edges=tuple((parent, child) for parent, kids in sorted(children.items()) for child in kids),
                 low_watermark=low,
                 windows=tuple(window_from(w) for w in windows),
-                moves=tuple((m.source_token, m.destination_token, utc_required(m.moved_at)) for m in moves),
+                moves=tuple((m.source_token, m.destination_token, utc(m.moved_at)) for m in moves),
             )
 
         return self._db.transaction(body)

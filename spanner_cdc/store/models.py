@@ -11,7 +11,7 @@ from spanner_cdc.errors import StoreError
 from spanner_cdc.lineage import rules
 
 if TYPE_CHECKING:
-    from spanner_cdc.source.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
+    from spanner_cdc.model.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
 
 
 class LeaseLost(StoreError):

@@ -11,7 +11,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from spanner_cdc.lineage import rules
-from spanner_cdc.store.base import StoreBase, utc, utc_required
+from spanner_cdc.store.base import StoreBase
+from spanner_cdc.times import utc, utc_or_none
 
 SNAPSHOT_COLUMNS = "lineage_id, snapshot_at, state, rows, files, marker_path, started_at, completed_at"
 BEGIN = sa.text(
@@ -63,8 +64,8 @@ class SnapshotFile:
 
 def _row(row: Any) -> SnapshotRow:
     return SnapshotRow(
-        row.lineage_id, utc_required(row.snapshot_at), row.state, row.rows, row.files, row.marker_path,
-        utc_required(row.started_at), utc(row.completed_at),
+        row.lineage_id, utc(row.snapshot_at), row.state, row.rows, row.files, row.marker_path,
+        utc(row.started_at), utc_or_none(row.completed_at),
     )  # fmt: skip
 
 

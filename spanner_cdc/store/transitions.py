@@ -11,12 +11,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from spanner_cdc.lineage import rules
-from spanner_cdc.source.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
-from spanner_cdc.store.base import utc, utc_required
+from spanner_cdc.model.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
 from spanner_cdc.store.batches import BatchTransitions, lease_lost
 from spanner_cdc.store.liveness import Liveness
 from spanner_cdc.store.models import Claim, Completion, ManifestFile
 from spanner_cdc.store.transition_sql import CLAIM_ANY, CLAIM_NAMED, EXPIRE, FAIL, RENEW, SCHEDULE
+from spanner_cdc.times import utc, utc_or_none
 
 log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000
@@ -90,7 +90,7 @@ class PartitionTransitions(BatchTransitions):
             expires = conn.execute(RENEW, {**_claim_key(claim), "lease": lease}).scalar_one_or_none()
             if expires is None:
                 raise lease_lost(conn, claim, "renew")
-            return utc_required(expires)
+            return utc(expires)
 
         expires_at = self._db.transaction(body)
         return Claim(
@@ -149,9 +149,9 @@ def _claim_of(r: sa.Row[Any], lineage_id: int, owner: str) -> Claim:
     return Claim(
         lineage_id=lineage_id,
         token=r.token,
-        partition_start=utc_required(r.partition_start),
-        watermark=utc(r.watermark),
+        partition_start=utc(r.partition_start),
+        watermark=utc_or_none(r.watermark),
         owner=owner,
         attempt=r.attempts,
-        lease_expires_at=utc_required(r.lease_expires_at),
+        lease_expires_at=utc(r.lease_expires_at),
     )

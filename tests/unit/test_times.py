@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
+
 from spanner_cdc import times
 
 
@@ -29,3 +31,47 @@ def test_display_time_drops_microseconds_unless_asked() -> None:
     assert times.display_time(value) == "2025-01-01 10:00:00.999999 UTC"
     assert times.display_time(value, precise=False) == "2025-01-01 10:00:00 UTC"
     assert times.display_time(None) == "—"
+
+
+def test_utc_is_the_one_coercion_to_a_plain_utc_datetime() -> None:
+    import datetime as dt
+
+    from spanner_cdc.times import utc, utc_or_none
+
+    class Subclass(dt.datetime):  # as Airflow's pendulum and the Spanner client hand them out
+        pass
+
+    plus_two = dt.timezone(dt.timedelta(hours=2))
+    converted = utc(Subclass(2024, 5, 1, 11, 0, 0, 5, tzinfo=plus_two))
+    assert type(converted) is dt.datetime and converted == dt.datetime(2024, 5, 1, 9, 0, 0, 5, tzinfo=dt.UTC)
+    assert converted.tzinfo is dt.UTC
+    assert utc(dt.datetime(2024, 5, 1, 9), assume_utc=True) == dt.datetime(2024, 5, 1, 9, tzinfo=dt.UTC)
+    with pytest.raises(ValueError, match="has no time zone"):
+        utc(dt.datetime(2024, 5, 1, 9))
+    assert utc_or_none(None) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024-05-01T09:00:00Z", "2024-05-01T09:00:00+00:00"),
+        ("2024-05-01T09:00:00.123456789Z", "2024-05-01T09:00:00.123456+00:00"),
+        ("2024-05-01t11:00:00.5+02:00", "2024-05-01T09:00:00.500000+00:00"),
+        ("2024-05-01T09:00:00.1z", "2024-05-01T09:00:00.100000+00:00"),
+    ],
+)
+def test_parse_rfc3339_reads_utc_to_the_microsecond(text: str, expected: str) -> None:
+    from spanner_cdc.times import parse_rfc3339
+
+    assert parse_rfc3339(text).isoformat() == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["2024-05-01T09:00:00", " 2024-05-01T09:00:00Z", "2024-05-01 09:00:00Z", "2024-05-01T09:00Z", "2024-13-01T09:00:00Z",
+             "2024-05-01T09:00:00.1234567890Z", "2024-05-01T09:00:00+0200", "yesterday"],
+)  # fmt: skip
+def test_parse_rfc3339_refuses_other_forms(text: str) -> None:
+    from spanner_cdc.times import parse_rfc3339
+
+    with pytest.raises(ValueError):
+        parse_rfc3339(text)

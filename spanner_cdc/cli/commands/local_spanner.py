@@ -78,6 +78,9 @@ def _serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-workers", type=int, default=128, help="gRPC worker threads: concurrent requests and reads")
     serve.add_argument("--fsync", action="store_true", help="fsync the journals before a commit is answered (once per group commit: a BatchWrite request, "
                        "or the commits that queued up while the previous group synced)")
+    serve.add_argument("--ttl-interval", type=float, metavar="SECONDS",
+                       help="real seconds between runs of the tables' row deletion policies (TTL), each a system transaction "
+                            "per table with expired rows (default 5; 0: never)")
     group = serve.add_argument_group(
         "partition policy",
         "splits and merges, and key range moves in MUTABLE_KEY_RANGE streams (durations like 10m, 2h; 'none' disables)",
@@ -145,8 +148,11 @@ def _serve(args: argparse.Namespace) -> int:
             raise ConfigError("--clock-start", args.clock_start, "an RFC 3339 timestamp such as 2024-05-01T00:00:00Z") from None
     if args.clock_rate <= 0:
         raise ConfigError("--clock-rate", args.clock_rate, "a number > 0")
+    if args.ttl_interval is not None and args.ttl_interval < 0:
+        raise ConfigError("--ttl-interval", args.ttl_interval, "a number of seconds >= 0 (0: never)")
     options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, clock_start=clock_start,
-                            clock_rate=args.clock_rate, policy=_policy(args), max_workers=args.max_workers, fsync=args.fsync)
+                            clock_rate=args.clock_rate, policy=_policy(args), max_workers=args.max_workers, fsync=args.fsync,
+                            **({} if args.ttl_interval is None else {"ttl_interval": args.ttl_interval}))
     server = LocalSpannerServer(options)
     try:
         server.start()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
@@ -13,8 +12,8 @@ from typing import TextIO
 
 from spanner_cdc.cli.commands._flags import add_dialect_flag, add_spanner_flags, int_or_text
 from spanner_cdc.errors import ConfigError, RetentionError, UsageError
-from spanner_cdc.source.record_json import record_to_json
-from spanner_cdc.source.records import (
+from spanner_cdc.model.record_json import record_to_json
+from spanner_cdc.model.records import (
     ChangeRecord,
     ChildPartitionsRecord,
     DataChangeRecord,
@@ -24,10 +23,9 @@ from spanner_cdc.source.records import (
     PartitionStartRecord,
     dispatch,
 )
-from spanner_cdc.times import rfc3339
+from spanner_cdc.times import parse_rfc3339, rfc3339
 
 ORDER = 20
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
 TIMESTAMP_FORMAT = "an RFC 3339 timestamp with Z or an offset (e.g. 2024-05-01T09:00:00Z, 2024-05-01T11:00:00.5+02:00) or 'now'"
 
 
@@ -36,17 +34,8 @@ def parse_timestamp(value: str, flag: str) -> datetime:
     text = value.strip()
     if text.lower() == "now":
         return datetime.now(UTC)
-    if not _RFC3339.match(text):
-        raise ConfigError(flag, value, TIMESTAMP_FORMAT)
-    text = text[:10] + "T" + text[11:]
-    if text[-1] in "zZ":
-        text = text[:-1] + "+00:00"
-    head, _, fraction_and_zone = text.partition(".")
-    if fraction_and_zone:  # Python parses at most 6 fractional digits: drop the nanoseconds
-        digits = re.match(r"\d+", fraction_and_zone).group(0)  # type: ignore[union-attr]
-        text = f"{head}.{digits[:6].ljust(6, '0')}{fraction_and_zone[len(digits):]}"
     try:
-        return datetime.fromisoformat(text).astimezone(UTC)
+        return parse_rfc3339(text)
     except ValueError:
         raise ConfigError(flag, value, TIMESTAMP_FORMAT) from None
 

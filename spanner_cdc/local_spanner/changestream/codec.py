@@ -95,6 +95,8 @@ class CommitCodec:
             "tag": first["transaction_tag"],
             "streams": streams,
         }
+        if first["is_system_transaction"]:
+            commit["sys"] = True
         return [*entries, commit]
 
     def _type_id(self, column_types: list[Any], entries: list[dict[str, Any]]) -> int:
@@ -128,7 +130,7 @@ class CommitCodec:
                         "number_of_records_in_transaction": n_records,
                         "number_of_partitions_in_transaction": n_partitions,
                         "transaction_tag": entry["tag"],
-                        "is_system_transaction": False,
+                        "is_system_transaction": entry.get("sys", False),
                     },
                 )
 

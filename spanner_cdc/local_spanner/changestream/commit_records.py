@@ -86,6 +86,22 @@ class ColumnTypesCache:
         return value
 
 
+def excluded_mod_types(stream: StreamDef, system_transaction: bool) -> frozenset[str]:
+    """Mod types the stream's options leave out of its records for this transaction.
+
+    exclude_insert / exclude_update / exclude_delete drop every change of that type; exclude_ttl_deletes
+    drops the deletes of a system transaction (a row deletion policy), which exclude_delete drops too
+    (Spanner's "Create and manage change streams": the options filter by modification type and TTL)."""
+    options = stream.options
+    out = {mod for mod, option in _EXCLUDE_OPTIONS if options.get(option) == "true"}
+    if system_transaction and options.get("exclude_ttl_deletes") == "true":
+        out.add("DELETE")
+    return frozenset(out)
+
+
+_EXCLUDE_OPTIONS = (("INSERT", "exclude_insert"), ("UPDATE", "exclude_update"), ("DELETE", "exclude_delete"))
+
+
 def build_transaction(
     stream: StreamDef,
     tables: Mapping[str, TableInfo],
@@ -96,19 +112,21 @@ def build_transaction(
     server_transaction_id: str,
     transaction_tag: str,
     types: ColumnTypesCache | None = None,
+    system_transaction: bool = False,
 ) -> list[tuple[Partition, dict[str, Any]]]:
     """The stream's records of one commit, each with the partition it belongs to, in sequence order.
 
     Consecutive row changes of one partition with the same table, mod type and column set share a
     record; the order of changes within a partition is kept, so replaying records by sequence
-    reproduces the commit."""
+    reproduces the commit. Changes of a mod type the stream's options exclude make no record."""
     capture = stream.value_capture_type
     types = types or ColumnTypesCache()
+    excluded = excluded_mod_types(stream, system_transaction) if stream.options else frozenset()
     groups: list[tuple[Partition, TableInfo, str, tuple[str, ...], list[dict[str, Any]]]] = []
     open_group: dict[str, int] = {}  # partition token -> index of its last group
     for change in changes:
         table = tables.get(change.table)
-        if table is None or not stream.tracks(change.table):
+        if table is None or not stream.tracks(change.table) or change.mod_type in excluded:
             continue
         mod = build_mod(change, types.tracked(stream, table), capture)
         if mod is None:
@@ -143,7 +161,7 @@ def build_transaction(
             "number_of_records_in_transaction": len(groups),
             "number_of_partitions_in_transaction": partitions_in_transaction,
             "transaction_tag": transaction_tag,
-            "is_system_transaction": False,
+            "is_system_transaction": system_transaction,
         }
         built.append((partition, record))
     return built

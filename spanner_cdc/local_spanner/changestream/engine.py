@@ -106,7 +106,12 @@ class ChangeStreamEngine:
 
     # ----------------------------------------------------------------- commits
 
-    def commit(self, db: str, commit_ts: datetime, transaction_id: str, tag: str, changes: Sequence[RowChange]) -> None:
+    def commit(
+        self, db: str, commit_ts: datetime, transaction_id: str, tag: str, changes: Sequence[RowChange], *,
+        system: bool = False, excluded: bool = False,
+    ) -> None:
+        """`system`: a transaction the server ran itself (a row deletion policy); `excluded`: the transaction asked
+        to be left out of change streams (exclude_txn_from_change_streams), which streams with allow_txn_exclusion do."""
         ts = to_us(commit_ts)
         with self.cond:
             if ts <= self._appended:
@@ -118,13 +123,18 @@ class ChangeStreamEngine:
             self._appended = ts
             streams = list(self._streams.get(db, {}).values())
             if changes and streams:
-                self._log_commit(db, streams, ts, transaction_id or f"{ts:016x}", tag or "", changes)
+                if excluded:
+                    streams_logging = [s for s in streams if s.definition.options.get("allow_txn_exclusion") != "true"]
+                else:
+                    streams_logging = streams
+                self._log_commit(db, streams_logging, ts, transaction_id or f"{ts:016x}", tag or "", changes, system)
             for state in streams:
                 self._reshaper.tick(state)
             self._changed_locked()
 
     def _log_commit(
-        self, db: str, streams: list[StreamState], ts: int, transaction_id: str, tag: str, changes: Sequence[RowChange]
+        self, db: str, streams: list[StreamState], ts: int, transaction_id: str, tag: str, changes: Sequence[RowChange],
+        system: bool,
     ) -> None:
         commit_timestamp = from_us(ts)
         period = self.policy.split_period_us
@@ -142,6 +152,7 @@ class ChangeStreamEngine:
                 server_transaction_id=transaction_id,
                 transaction_tag=tag,
                 types=self._column_types,
+                system_transaction=system,
             )
             if not built:
                 continue

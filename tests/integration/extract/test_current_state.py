@@ -102,9 +102,9 @@ def workload(database: Any, local_spanner: Any, dialect: Dialect) -> tuple[list[
         b.update("Accounts", ["Id", "Owner", "Legacy"], [[0, "renamed", "z"], [100, None, None]])
         b.insert("Accounts", ["Id", "Owner"], [[1, "back"]])  # deleted earlier in the window, inserted again
     bounds.append(datetime.now(UTC))
-    # the stale read at window 1's end, taken before the DDL: the local server reads every timestamp with its newest schema
-    first = source_at(database, dialect, "Accounts", bounds[1] - timedelta(microseconds=1), [*ACCOUNTS, "Legacy"])
     database.update_ddl([dialect.add_note(), dialect.drop_legacy(), dialect.create_ledger()]).result()
+    # the stale read at window 1's end, after the DDL: a read at a timestamp uses the schema then (Legacy still there)
+    first = source_at(database, dialect, "Accounts", bounds[1] - timedelta(microseconds=1), [*ACCOUNTS, "Legacy"])
     with database.batch() as b:
         b.update("Accounts", ["Id", "Note"], [[2, "noted"], [101, "x"]])
         b.insert("Accounts", ["Id", "Owner", "Note"], [[200, "late", "new"]])

@@ -18,7 +18,8 @@ import sqlalchemy as sa
 
 from spanner_cdc.devstack.object_stores import ObjectStore
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.extract.token import FAILPOINT_ENV, LEASE_ENV
+from spanner_cdc.extract.failpoints import FAILPOINT_ENV
+from spanner_cdc.extract.token import LEASE_ENV
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.check import DRIVER_ROWS_ENV
 from spanner_cdc.lake.layout import LakeLayout, published_locations

@@ -13,9 +13,9 @@ import pytest
 from spanner_cdc.cli.main import main
 from spanner_cdc.devstack import workload
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
-from spanner_cdc.devstack.workload_schema import parse_timestamp
 from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
+from spanner_cdc.times import parse_rfc3339
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def ageing_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSpa
 
 
 def server_now(server: LocalSpanner) -> Any:
-    return parse_timestamp(server.control.status()["now"])
+    return parse_rfc3339(server.control.status()["now"])
 
 
 def run_cli(settings: Any, start: Any, end: Any, monkeypatch: pytest.MonkeyPatch) -> int:

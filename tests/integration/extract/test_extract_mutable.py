@@ -14,7 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.extract.token import FAILPOINT_ENV, LEASE_ENV
+from spanner_cdc.extract.failpoints import FAILPOINT_ENV
+from spanner_cdc.extract.token import LEASE_ENV
 from spanner_cdc.extract.window import run_window
 from spanner_cdc.source import client
 from spanner_cdc.store import MetadataStore

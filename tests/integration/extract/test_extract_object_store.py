@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.extract.token import FAILPOINT_ENV
+from spanner_cdc.extract.failpoints import FAILPOINT_ENV
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import LAKE_SCHEMA
 from spanner_cdc.lake.layout import LakeLayout, published_locations

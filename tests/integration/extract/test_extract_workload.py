@@ -17,11 +17,12 @@ import sqlalchemy as sa
 from spanner_cdc.cli.main import main
 from spanner_cdc.devstack import workload
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
-from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME, comparable, parse_timestamp
+from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME, comparable
 from spanner_cdc.extract.window import RunSource, catch_up, run_window
 from spanner_cdc.lake.layout import LakeLayout, published_files
 from spanner_cdc.source import client
 from spanner_cdc.store import MetadataStore
+from spanner_cdc.times import parse_rfc3339
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.extract.lake_reading import plain_utc, published_rows
 
@@ -74,7 +75,7 @@ def write_three_windows(
     fast_server.control.set_clock_rate(CLOCK_RATE)
     database = create_database(fast_server.host, PROJECT, INSTANCE, unique_database_id("x"), (), "GOOGLE_STANDARD_SQL")
     workload.setup_database(database, "GOOGLE_STANDARD_SQL", STREAM)
-    created = parse_timestamp(fast_server.control.status()["now"])
+    created = parse_rfc3339(fast_server.control.status()["now"])
     first = floor_to(created, WINDOW)  # begins before the stream existed: the extract starts at its creation
     bounds = [first + n * WINDOW for n in range(4)]
     written = write_until(fast_server, database, bounds[-1], tmp_path)
@@ -92,7 +93,7 @@ def write_until(server: LocalSpanner, database: Any, end: datetime, tmp_path: Pa
     commits however fast the machine is."""
     truth: list[workload.GroundTruthRow] = []
     rate, chunk = CLOCK_RATE, 0
-    while parse_timestamp(server.control.set_clock_rate(rate)["now"]) < end:
+    while parse_rfc3339(server.control.set_clock_rate(rate)["now"]) < end:
         path = tmp_path / f"truth-{chunk}.jsonl"
         began = time.monotonic()
         workload.run_workload(database, transactions=CHUNK, tx_per_second=TX_PER_SECOND, seed=7 + chunk, ground_truth=path)
@@ -105,9 +106,9 @@ def write_until(server: LocalSpanner, database: Any, end: datetime, tmp_path: Pa
 
 def slow_down_after(server: LocalSpanner, when: datetime) -> None:
     """Let server time pass `when` at the fast rate (the windows' ends must be in the past), then run at real time."""
-    while (now := parse_timestamp(server.control.status()["now"])) <= when:
+    while (now := parse_rfc3339(server.control.status()["now"])) <= when:
         time.sleep(min(1.0, (when - now).total_seconds() / CLOCK_RATE + 0.01))  # waiting for the server's clock
-    assert parse_timestamp(server.control.set_clock_rate(READ_CLOCK_RATE)["now"]) > when
+    assert parse_rfc3339(server.control.set_clock_rate(READ_CLOCK_RATE)["now"]) > when
 
 
 def test_three_windows_land_every_committed_change_exactly_once(

@@ -17,7 +17,7 @@ from google.cloud.spanner_v1 import JsonObject, TypeCode, param_types
 
 from spanner_cdc.devstack import workload
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
-from spanner_cdc.devstack.workload_schema import parse_timestamp
+from spanner_cdc.times import parse_rfc3339
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.local_spanner.reading import record_keys, truth_key
 
@@ -91,7 +91,7 @@ def query(database: Any, token: str | None, start: datetime, end: datetime, post
         body = next(iter(record.values()))
         for field in ("commit_timestamp", "start_timestamp", "timestamp"):
             if isinstance(body.get(field), str):
-                body[field] = parse_timestamp(body[field])
+                body[field] = parse_rfc3339(body[field])
     return records
 
 
@@ -123,7 +123,7 @@ def test_every_committed_change_is_read_once_through_splits_and_merges(
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", fast_server.host)
     database = create_database(fast_server.host, PROJECT, INSTANCE, unique_database_id("w"), (), dialect)
     workload.setup_database(database, dialect, STREAM, "OLD_AND_NEW_VALUES")
-    start = parse_timestamp(fast_server.control.status()["now"])  # after the stream's creation, before any write
+    start = parse_rfc3339(fast_server.control.status()["now"])  # after the stream's creation, before any write
     truth_path = tmp_path / "truth.jsonl"
     # paced to last >= 6 real seconds = one server hour, whatever the machine's speed
     stats = workload.run_workload(database, transactions=1200, tx_per_second=200, seed=11, ground_truth=truth_path)
@@ -215,7 +215,7 @@ def test_batched_workload_commits_each_transaction_alone_and_its_truth_is_read_b
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", local_spanner.host)
     database = create_database(local_spanner.host, PROJECT, INSTANCE, unique_database_id("b"), (), "GOOGLE_STANDARD_SQL")
     workload.setup_database(database, "GOOGLE_STANDARD_SQL", STREAM, "OLD_AND_NEW_VALUES")
-    start = parse_timestamp(local_spanner.control.status()["now"])
+    start = parse_rfc3339(local_spanner.control.status()["now"])
     truth_path = tmp_path / "truth.jsonl"
 
     stats = workload.run_workload(database, transactions=300, seed=5, ground_truth=truth_path, batch=20)

@@ -13,11 +13,11 @@ from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from spanner_cdc.devstack.workload import run_workload
 from spanner_cdc.devstack.workload_schema import ddl_statements
 from spanner_cdc.local_spanner.streaming import MESSAGE_BYTES
+from spanner_cdc.model.records import ChildPartitionsRecord, DataChangeRecord
 from spanner_cdc.source.client import stream_metadata
-from spanner_cdc.source.decode import row_mapper
+from spanner_cdc.source.decode.mapper import row_mapper
 from spanner_cdc.source.queries import build_query
 from spanner_cdc.source.reader import PartitionReader
-from spanner_cdc.source.records import ChildPartitionsRecord, DataChangeRecord
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

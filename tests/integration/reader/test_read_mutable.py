@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.source.all_partitions import AllPartitions
-from spanner_cdc.source.reader import PartitionReader
-from spanner_cdc.source.record_json import record_to_json
-from spanner_cdc.source.records import (
+from spanner_cdc.model.record_json import record_to_json
+from spanner_cdc.model.records import (
     DataChangeRecord,
     HeartbeatRecord,
     PartitionEndRecord,
     PartitionEventRecord,
     PartitionStartRecord,
 )
+from spanner_cdc.source.all_partitions import AllPartitions
+from spanner_cdc.source.reader import PartitionReader
 from tests.integration.reader.lineage_checks import read_all
 
 pytestmark = pytest.mark.integration

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
+from spanner_cdc.model.record_json import rfc3339
 from spanner_cdc.source.client import stream_metadata
 from spanner_cdc.source.reader import PartitionReader
-from spanner_cdc.source.record_json import rfc3339
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.reader.lineage_checks import (
     Mod,

@@ -12,8 +12,9 @@ import pytest
 
 from spanner_cdc.devstack import workload
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
-from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME, comparable, parse_timestamp
-from spanner_cdc.source.record_json import rfc3339
+from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME, comparable
+from spanner_cdc.model.record_json import rfc3339
+from spanner_cdc.times import parse_rfc3339
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.reader.lineage_checks import check_lineage, read_all
 
@@ -66,7 +67,7 @@ def test_every_workload_change_once_in_key_order_through_splits_and_merges(
     database_id = unique_database_id("rw")
     database = create_database(fast_server.host, PROJECT, INSTANCE, database_id, (), dialect)
     workload.setup_database(database, dialect, STREAM, "OLD_AND_NEW_VALUES")
-    start = parse_timestamp(fast_server.control.status()["now"])  # after the stream's creation, before any write
+    start = parse_rfc3339(fast_server.control.status()["now"])  # after the stream's creation, before any write
     truth = []
     for part, change in enumerate((fast_server.control.split, fast_server.control.merge, None)):
         stats = workload.run_workload(database, transactions=400, seed=5 + part, ground_truth=tmp_path / f"{part}.jsonl")

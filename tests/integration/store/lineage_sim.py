@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.model.records import ChildPartition, ChildPartitionsRecord
 from spanner_cdc.store import Claim, LeaseLost, ManifestFile, MetadataStore
 
 US = timedelta(microseconds=1)

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from spanner_cdc.lineage import rules
-from spanner_cdc.source.records import ChildPartition
+from spanner_cdc.model.records import ChildPartition
 from spanner_cdc.store import MetadataStore, State
 from tests.integration.store import lineage_sim
 from tests.integration.store.lineage_sim import CRASH_EXIT, T0, US

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from spanner_cdc.source.records import ChildPartition
+from spanner_cdc.model.records import ChildPartition
 from spanner_cdc.store import LeaseLost, MetadataStore, State
 from spanner_cdc.store.liveness import LIVENESS_LOCK_CLASS
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.model.records import ChildPartition, ChildPartitionsRecord
 from spanner_cdc.store import Claim, LeaseLost, ManifestFile, MetadataStore, PartitionRow, State
 
 pytestmark = pytest.mark.integration
@@ -266,7 +266,7 @@ def test_low_watermark_is_the_slowest_unfinished_partition(store: MetadataStore)
 
 
 def test_mutable_partitions_start_ready_end_finished_and_keep_moves(store: MetadataStore) -> None:
-    from spanner_cdc.source.records import PartitionEventRecord, PartitionStartRecord
+    from spanner_cdc.model.records import PartitionEventRecord, PartitionStartRecord
 
     lineage_id = new_lineage(store, ("a",))
     (claim,) = store.claim(lineage_id, window_end=W1, owner="w1", lease=LEASE, limit=1)

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 
 from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres
 from spanner_cdc.errors import StoreUnreachable
+from spanner_cdc.model.records import ChildPartition
 from spanner_cdc.orchestration.connections import metadata_url_from
-from spanner_cdc.source.records import ChildPartition
 from spanner_cdc.store import MetadataStore, State
 from tests.fixtures.postgres import PostgresRole
 

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from spanner_cdc.errors import NotFound, StoreError
-from spanner_cdc.source.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.model.records import ChildPartition, ChildPartitionsRecord
 from spanner_cdc.store import MetadataStore
 from spanner_cdc.store.manifest import WINDOW_LOCK_CLASS
 

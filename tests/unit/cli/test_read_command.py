@@ -61,7 +61,7 @@ def test_text_lines_say_what_happened() -> None:
 
 
 def test_the_root_query_s_lines_name_no_token() -> None:
-    from spanner_cdc.source.records import PartitionStartRecord
+    from spanner_cdc.model.records import PartitionStartRecord
 
     start = PartitionStartRecord(datetime(2026, 11, 23, 21, 30, 44, 23733, tzinfo=UTC), "00000000", ("a", "b"))
     assert format_text(None, start) == "2026-11-23T21:30:44.023733Z (root) partition_start seq=00000000 a b"

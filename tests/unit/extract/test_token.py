@@ -129,7 +129,7 @@ def test_lake_writer_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_mutable_partition_records_end_announce_and_move(tmp_path: Path) -> None:
-    from spanner_cdc.source.records import PartitionEndRecord, PartitionEventRecord, PartitionStartRecord
+    from spanner_cdc.model.records import PartitionEndRecord, PartitionEventRecord, PartitionStartRecord
 
     at = T0 + timedelta(microseconds=300)
     records = [
@@ -147,7 +147,7 @@ def test_mutable_partition_records_end_announce_and_move(tmp_path: Path) -> None
 
 
 def test_a_mutable_partition_that_goes_on_is_not_finished(tmp_path: Path) -> None:
-    from spanner_cdc.source.records import PartitionEventRecord
+    from spanner_cdc.model.records import PartitionEventRecord
 
     summary = ControlSummary("tok", T0, LAST)
     list(envelope_batches(spec(tmp_path), [PartitionEventRecord(T0, "00000000", "tok", ("src",), ())], summary))

@@ -132,14 +132,6 @@ def test_failed_tokens_do_not_stop_the_others(monkeypatch: pytest.MonkeyPatch) -
         extract.extract_claims(job, [claim("bad"), claim("a"), claim("bad")], concurrency=2, lease=timedelta(seconds=60))
 
 
-def test_failpoints_do_nothing_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(extract.FAILPOINT_ENV, raising=False)
-    extract.failpoint("after_publish")
-    monkeypatch.setenv(extract.FAILPOINT_ENV, "after_commit:3")
-    extract.failpoint("after_publish")  # another point: no effect
-    assert "after_publish" not in extract._failpoint_hits
-
-
 def test_liveness_mode_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(extract.LIVENESS_ENV, raising=False)
     assert extract.liveness_enabled() is True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from spanner_cdc.source.records import (
+from spanner_cdc.model.records import (
     ChildPartition,
     ChildPartitionsRecord,
     ColumnType,

@@ -117,7 +117,7 @@ def test_values_are_jsons_text_whichever_encoder_writes_them() -> None:
     """Tables without float columns are encoded by msgspec, the others by json: the text must be json's either way."""
     from msgspec.structs import replace  # records are msgspec structs
 
-    from spanner_cdc.source.records import ColumnType, Mod
+    from spanner_cdc.model.records import ColumnType, Mod
 
     texts = {"s": "é😀 \x00\x1f\x7f \u2028\u2029 a\"b\\c/", "n": None, "b": True, "i": 2**70, "a": [["x", None], {"k": "v"}]}
     floats = {"f": 1e16, "g": 1e-7, "h": float("nan"), "j": [0.1, {"x": 5e-324}]}

@@ -139,3 +139,30 @@ def test_without_a_data_dir_nothing_is_written(tmp_path: Path, monkeypatch: pyte
     Writer(engine, engine.clock).insert(SINGERS, {"SingerId": "1"}, {"FirstName": "a"})
 
     assert list(tmp_path.iterdir()) == []
+
+
+def test_system_transactions_keep_their_flag_and_exclude_ttl_deletes_across_a_restart(tmp_path: Path) -> None:
+    clock = ManualClock()
+    engine = ChangeStreamEngine(clock, data_dir=tmp_path, policy=POLICY)
+    engine.create_stream(DB, StreamDef("s", None), TABLES)
+    engine.create_stream(DB, StreamDef("no_ttl", None, options={"exclude_ttl_deletes": "true"}), TABLES)
+    writer = Writer(engine, clock)
+    start = writer.insert(SINGERS, {"SingerId": "1"}, {"FirstName": "a"})
+    writer.insert(SINGERS, {"SingerId": "2"}, {"FirstName": "b"})
+    clock.advance(timedelta(milliseconds=1))
+    engine.commit(DB, clock.next_commit_timestamp(), "", "", [writer.change(SINGERS, "DELETE", {"SingerId": "1"})], system=True)
+    writer.commit([writer.change(SINGERS, "DELETE", {"SingerId": "2"})])
+    end = clock.now()
+    clock.advance(timedelta(seconds=1))
+    engine.close()
+
+    restarted = ChangeStreamEngine(ManualClock(start=clock.now()), data_dir=tmp_path, policy=POLICY)
+
+    def seen(stream: str) -> list[tuple[str, str, bool]]:
+        by_token = read_all(restarted, start, end, stream=stream)
+        records = [r["data_change_record"] for rs in by_token.values() for r in rs if "data_change_record" in r]
+        return sorted((r["mod_type"], r["mods"][0]["keys"]["SingerId"], r["is_system_transaction"]) for r in records)
+
+    assert seen("s") == [("DELETE", "1", True), ("DELETE", "2", False), ("INSERT", "1", False), ("INSERT", "2", False)]
+    assert seen("no_ttl") == [("DELETE", "2", False), ("INSERT", "1", False), ("INSERT", "2", False)]
+    restarted.close()

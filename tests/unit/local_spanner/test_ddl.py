@@ -181,3 +181,33 @@ def test_durations() -> None:
     assert ddl.parse_duration("90m") == timedelta(minutes=90)
     with pytest.raises(ValueError, match="such as '36h'"):
         ddl.parse_duration("1.5h")
+
+
+@pytest.mark.parametrize("postgres", [False, True], ids=["googlesql", "postgresql"])
+def test_interleaved_tables_parse_print_back_and_check_their_parent(postgres: bool) -> None:
+    schema = Schema(postgres)
+    if postgres:
+        parent = "CREATE TABLE p (a bigint PRIMARY KEY)"
+        child = "CREATE TABLE c (a bigint NOT NULL, b bigint NOT NULL, PRIMARY KEY (a, b)) INTERLEAVE IN PARENT p ON DELETE CASCADE"
+        default = "CREATE TABLE d (a bigint NOT NULL, b bigint NOT NULL, PRIMARY KEY (a, b)) INTERLEAVE IN PARENT p"
+        wrong_type = "CREATE TABLE w (a text NOT NULL, b bigint NOT NULL, PRIMARY KEY (a, b)) INTERLEAVE IN PARENT p"
+        missing = "CREATE TABLE m (a bigint PRIMARY KEY) INTERLEAVE IN PARENT nowhere"
+    else:
+        parent = "CREATE TABLE p (a INT64 NOT NULL) PRIMARY KEY (a)"
+        child = "CREATE TABLE c (a INT64 NOT NULL, b INT64 NOT NULL) PRIMARY KEY (a, b), INTERLEAVE IN PARENT p ON DELETE CASCADE"
+        default = "CREATE TABLE d (a INT64 NOT NULL, b INT64 NOT NULL) PRIMARY KEY (a, b), INTERLEAVE IN PARENT p"
+        wrong_type = "CREATE TABLE w (a STRING(MAX) NOT NULL, b INT64 NOT NULL) PRIMARY KEY (a, b), INTERLEAVE IN PARENT p"
+        missing = "CREATE TABLE m (a INT64 NOT NULL) PRIMARY KEY (a), INTERLEAVE IN PARENT nowhere"
+    apply_all(schema, parent, child, default)
+    assert (schema.tables["c"].parent, schema.tables["c"].on_delete) == ("p", "CASCADE")
+    assert (schema.tables["d"].parent, schema.tables["d"].on_delete) == ("p", "NO ACTION")
+    assert [t.name for t in schema.children("p")] == ["c", "d"]
+    printed = Schema(postgres)
+    apply_all(printed, *schema.ddl())
+    assert printed.ddl() == schema.ddl()
+    with pytest.raises(QueryError, match="does not match the type") as wrong:
+        apply_all(schema, wrong_type)
+    assert wrong.value.code == "FAILED_PRECONDITION"
+    with pytest.raises(QueryError, match="does not exist") as absent:
+        apply_all(schema, missing)
+    assert absent.value.code == "NOT_FOUND"

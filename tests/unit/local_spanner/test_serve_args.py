@@ -66,3 +66,13 @@ def test_the_server_process_keeps_its_long_lived_objects_out_of_full_collections
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_ttl_interval_flag_default_is_the_servers_and_a_negative_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from spanner_cdc.local_spanner.server import ServerOptions
+
+    with pytest.raises(SystemExit):
+        serve_args("--help")
+    assert f"(default {ServerOptions().ttl_interval:g}; 0: never)" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(ConfigError, match="--ttl-interval"):
+        _serve(serve_args("--ttl-interval", "-1"))

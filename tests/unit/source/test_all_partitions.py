@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spanner_cdc.errors import SourceError
+from spanner_cdc.model.records import ChangeRecord, ChildPartition, ChildPartitionsRecord, HeartbeatRecord
 from spanner_cdc.source.all_partitions import AllPartitions
-from spanner_cdc.source.records import ChangeRecord, ChildPartition, ChildPartitionsRecord, HeartbeatRecord
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 END = T0 + timedelta(hours=1)

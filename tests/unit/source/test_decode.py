@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.source.decode import row_mapper
-from spanner_cdc.source.records import (
+from spanner_cdc.model.records import (
     ChangeRecord,
     ChildPartition,
     ChildPartitionsRecord,
@@ -17,6 +16,7 @@ from spanner_cdc.source.records import (
     HeartbeatRecord,
     Mod,
 )
+from spanner_cdc.source.decode.mapper import row_mapper
 from tests.unit.source import test_decode_examples as ex
 
 DIALECTS = ex.MODES  # GoogleSQL, PostgreSQL decoded by the client, PostgreSQL undecoded (what the reader asks for)

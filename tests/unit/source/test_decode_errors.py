@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from spanner_cdc.errors import SourceError
-from spanner_cdc.source.decode import row_mapper
+from spanner_cdc.source.decode.mapper import row_mapper
 from tests.unit.source import test_decode_examples as ex
 
 DIALECTS = ex.MODES

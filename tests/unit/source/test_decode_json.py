@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.source.decode import row_mapper
-from spanner_cdc.source.decode_json import FastDataChanges
-from spanner_cdc.source.records import MOD_TYPES, VALUE_CAPTURE_TYPES
+from spanner_cdc.model.records import MOD_TYPES, VALUE_CAPTURE_TYPES
+from spanner_cdc.source.decode.mapper import row_mapper
+from spanner_cdc.source.decode.pg_json import FastDataChanges
 from tests.unit.source import test_decode_examples as ex
 
 DATA_CHANGES = [ex.TRANSFER_1, ex.TRANSFER_2, ex.NEW_VALUES, ex.NEW_ROW]
@@ -111,7 +111,7 @@ def _messages(values: list[Any], splits: dict[int, list[int]], fields: Any) -> l
 
 
 def test_postgresql_records_off_the_messages_join_chunked_values_like_the_client() -> None:
-    from spanner_cdc.source.decode import postgresql_records
+    from spanner_cdc.source.decode.postgresql import postgresql_records
 
     examples = [*DATA_CHANGES, ex.HEARTBEAT, ex.CHILD_PARTITIONS]
     fields, rows = ex.postgresql_rows(examples, lazy=True)
@@ -126,7 +126,7 @@ def test_postgresql_records_off_the_messages_join_chunked_values_like_the_client
 
 def test_postgresql_records_refuse_a_stream_that_ends_inside_a_value_or_is_not_one_json_column() -> None:
     from spanner_cdc.errors import SourceError
-    from spanner_cdc.source.decode import postgresql_records
+    from spanner_cdc.source.decode.postgresql import postgresql_records
 
     fields, rows = ex.postgresql_rows([ex.TRANSFER_1], lazy=True)
     cut = _messages([rows[0][0]], {0: [20]}, fields)[:1]  # the first piece only

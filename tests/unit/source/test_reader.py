@@ -9,8 +9,8 @@ from google.api_core import exceptions as gexc
 from google.cloud.spanner_v1 import RequestOptions
 
 from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError, UsageError
+from spanner_cdc.model.records import DataChangeRecord, HeartbeatRecord
 from spanner_cdc.source.reader import PartitionReader
-from spanner_cdc.source.records import DataChangeRecord, HeartbeatRecord
 from tests.unit.source.reader_fakes import FakeDatabase, child_partitions, data_change, heartbeat
 
 DIALECTS = ("GOOGLE_STANDARD_SQL", "POSTGRESQL")

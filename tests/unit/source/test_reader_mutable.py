@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from spanner_cdc.model.records import ChangeRecord, HeartbeatRecord, PartitionEndRecord
 from spanner_cdc.source.reader import PartitionReader
-from spanner_cdc.source.records import ChangeRecord, HeartbeatRecord, PartitionEndRecord
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)

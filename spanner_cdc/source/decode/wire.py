@@ -12,22 +12,7 @@ from typing import Any
 import msgspec
 from google.cloud.spanner_v1 import TypeCode
 
-from spanner_cdc.errors import SourceError
-from spanner_cdc.source.decode import (
-    _SHAPE_ERRORS,
-    CHILD_PARTITION_FIELDS,
-    CHILD_PARTITIONS_FIELDS,
-    COLUMN_TYPE_FIELDS,
-    DATA_CHANGE_FIELDS,
-    HEARTBEAT_FIELDS,
-    MOD_FIELDS,
-    RECORD_KINDS,
-    RowMapper,
-    _data_change,
-    _Malformed,
-    _parse_timestamp,
-)
-from spanner_cdc.source.records import (
+from spanner_cdc.model.records import (
     ChangeRecord,
     ChildPartition,
     ChildPartitionsRecord,
@@ -36,10 +21,27 @@ from spanner_cdc.source.records import (
     HeartbeatRecord,
     Mod,
 )
+from spanner_cdc.source.decode.fields import (
+    CHILD_PARTITION_FIELDS,
+    CHILD_PARTITIONS_FIELDS,
+    COLUMN_TYPE_FIELDS,
+    DATA_CHANGE_FIELDS,
+    HEARTBEAT_FIELDS,
+    MOD_FIELDS,
+    RECORD_KINDS,
+    SHAPE_ERRORS,
+    Malformed,
+    RowMapper,
+    build_data_change,
+    empty_array,
+    parse_timestamp,
+    row_error,
+)
+from spanner_cdc.source.decode.wire_bytes import BytesRecords
 
 _S, _B, _I, _T, _J = TypeCode.STRING, TypeCode.BOOL, TypeCode.INT64, TypeCode.TIMESTAMP, TypeCode.JSON
 # the documented types of every field read (spec: "Data change records" etc.); any other shape of the
-# metadata is left to the client's own decoding (decode.py), which maps whatever types it finds
+# metadata is left to the client's own decoding (googlesql.py), which maps whatever types it finds
 _SCALARS: dict[str, dict[str, Any]] = {
     "data_change_record": dict(zip(DATA_CHANGE_FIELDS, (_T, _S, _S, _B, _S, None, None, _S, _S, _I, _I, _S, _B), strict=True)),
     "column_types": dict(zip(COLUMN_TYPE_FIELDS, (_S, _J, _B, _I), strict=True)),
@@ -55,7 +57,7 @@ _scan = make_scanner(JSONDecoder())  # type: ignore[arg-type]  # the C scanner j
 # empty text) goes json's way
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 _NOT_AN_OBJECT_OR_SHAPE = (msgspec.DecodeError, msgspec.ValidationError, ValueError)
-_FALSE_KINDS = frozenset(("bool_value", "null_value"))  # NULL reads as false, as in decode.py
+_FALSE_KINDS = frozenset(("bool_value", "null_value"))  # NULL reads as false, as in fields.py
 
 
 def _kind(value: Any) -> str | None:
@@ -65,14 +67,14 @@ def _kind(value: Any) -> str | None:
 def _text(value: Any, name: str) -> str:
     text: str = value.string_value
     if not text and _kind(value) != "string_value":  # "" is also what a NULL or another kind reads as
-        raise _Malformed(f"{name} is not a string")
+        raise Malformed(f"{name} is not a string")
     return text
 
 
 def _tag(value: Any) -> str:
     tag: str = value.string_value
-    if not tag and _kind(value) not in ("string_value", "null_value"):  # NULL: untagged, as in decode.py
-        raise _Malformed("transaction_tag is not a string")
+    if not tag and _kind(value) not in ("string_value", "null_value"):  # NULL: untagged, as in fields.py
+        raise Malformed("transaction_tag is not a string")
     return tag
 
 
@@ -80,14 +82,14 @@ def _bool(value: Any, name: str) -> bool:
     if value.bool_value:
         return True
     if _kind(value) not in ("bool_value", "null_value"):
-        raise _Malformed(f"{name} is not a boolean")
-    return False  # NULL reads as false, as in decode.py
+        raise Malformed(f"{name} is not a boolean")
+    return False  # NULL reads as false, as in fields.py
 
 
 def _int(value: Any, name: str) -> int:
     text = value.string_value  # INT64 travels as decimal text
     if not text.isdigit():
-        raise _Malformed(f"{name} is not an integer")
+        raise Malformed(f"{name} is not an integer")
     return int(text)
 
 
@@ -108,20 +110,20 @@ def _json_object(value: Any, name: str, null_is_empty: bool) -> dict[str, Any]:
     if not text:
         if null_is_empty and _kind(value) == "null_value":
             return {}
-        raise _Malformed(f"{name} is null" if _kind(value) == "null_value" else f"{name} is not JSON text")
+        raise Malformed(f"{name} is null" if _kind(value) == "null_value" else f"{name} is not JSON text")
     try:
         parsed = _json_loads(text)
     except ValueError:
-        raise _Malformed(f"{name} is not JSON") from None
+        raise Malformed(f"{name} is not JSON") from None
     if type(parsed) is not dict:
-        raise _Malformed(f"{name} is not a JSON object")
+        raise Malformed(f"{name} is not a JSON object")
     return parsed
 
 
 def _list(value: Any, name: str) -> Any:
     values = value.list_value.values
     if not values and _kind(value) not in ("list_value", "null_value"):
-        raise _Malformed(f"{name} is not an array")
+        raise Malformed(f"{name} is not an array")
     return values
 
 
@@ -132,7 +134,7 @@ def _array(value: Any, name: str) -> Any:
         return value.list_value.values
     if kind == "null_value":
         return ()
-    raise _Malformed(f"{name} is not an array")
+    raise Malformed(f"{name} is not an array")
 
 
 class _Timestamps:
@@ -148,8 +150,8 @@ class _Timestamps:
         text = value.string_value
         if text != self._text or self._parsed is None:
             if not text:
-                raise _Malformed(f"{name} is not a timestamp")
-            self._parsed = _parse_timestamp(text, name)
+                raise Malformed(f"{name} is not a timestamp")
+            self._parsed = parse_timestamp(text, name)
             self._text = text
         return self._parsed
 
@@ -175,7 +177,7 @@ def _layout(struct: dict[str, tuple[int, Any]] | None, what: str) -> list[int] |
 def wire_mapper(fields: Sequence[Any], from_bytes: bool = True) -> RowMapper | None:
     """A mapper of undecoded GoogleSQL rows (lists of protobuf Values, lazy_decode=True) into typed records,
     or None when the result metadata is not the documented ChangeRecord shape. With the fields in their documented
-    order and `from_bytes`, data change rows are read from their serialized bytes (decode_bytes.py)."""
+    order and `from_bytes`, data change rows are read from their serialized bytes (wire_bytes.py)."""
     names = [f.name for f in fields]
     column = names.index("ChangeRecord") if "ChangeRecord" in names else (0 if len(names) == 1 else -1)
     outer = _struct_fields(fields[column].type_) if column >= 0 else None
@@ -203,8 +205,6 @@ def wire_mapper(fields: Sequence[Any], from_bytes: bool = True) -> RowMapper | N
     kinds = {kind: outer[kind][0] for kind in RECORD_KINDS if kind in outer}
     records = _WireRecords(column, kinds, layouts, plain)
     if from_bytes and plain and list(kinds.values()) == [0, 1, 2] and layouts["data_change_record"] == list(range(len(DATA_CHANGE_FIELDS))):
-        from spanner_cdc.source.decode_bytes import BytesRecords  # it falls back on this module's mapper
-
         return BytesRecords(column, records)
     return records
 
@@ -237,13 +237,11 @@ class _WireRecords:
                     for s in _array(parts[self._cp_at], "child_partitions_record"):
                         out.append(self._child_partitions(s.list_value.values))
                 if len(out) == produced:
-                    raise _Malformed("change record element holds no record")
-        except _Malformed as exc:
-            raise SourceError(f"malformed change record: {exc}", raw=row) from None
-        except _SHAPE_ERRORS as exc:
-            raise SourceError(f"malformed change record ({type(exc).__name__}: {exc})", raw=row) from None
-        if not out:
-            raise SourceError("malformed change record: empty ChangeRecord array", raw=row)
+                    raise Malformed("change record element holds no record")
+        except (Malformed, *SHAPE_ERRORS) as exc:
+            raise row_error(exc, row) from None
+        if not out:  # inline: a call per row costs more on this path than the check
+            raise empty_array(row)
         return out
 
     def _data_change(self, s: Any) -> DataChangeRecord:
@@ -254,7 +252,7 @@ class _WireRecords:
         table = s[i_table].string_value or _text(s[i_table], "table_name")
         records, partitions = s[i_records].string_value, s[i_partitions].string_value
         last, system = s[i_last], s[i_system]
-        return _data_change(
+        return build_data_change(
             self._timestamps(s[i_commit], "commit_timestamp"),
             s[i_seq].string_value or _text(s[i_seq], "record_sequence"),
             s[i_txn].string_value or _text(s[i_txn], "server_transaction_id"),

@@ -1,4 +1,4 @@
-"""GoogleSQL data change rows read from their serialized protobuf bytes: the hot path of decode_wire.py's mapper."""
+"""GoogleSQL data change rows read from their serialized protobuf bytes: the hot path of wire.py's mapper."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import msgspec
 
-from spanner_cdc.source.decode import _Malformed, _parse_timestamp
-from spanner_cdc.source.records import ChangeRecord, ColumnType, DataChangeRecord, Mod
+from spanner_cdc.model.records import ChangeRecord, ColumnType, DataChangeRecord, Mod
+from spanner_cdc.source.decode.fields import Malformed, parse_timestamp
 
 # The documented row as upb serializes it (fields in order, each once, lengths as shortest varints):
 #   Value{list_value: [Value{list_value: [Value{list_value: [Value{list_value: [13 fields]}]},  <- data_change_record
@@ -22,7 +22,7 @@ _CACHED = 4096  # distinct row sizes kept; distinct (table, column types) and re
 _HEADERS: dict[int, bytes] = {}  # a row's size -> its nested headers, down to the record's fields
 
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
-_MISSES = (IndexError, KeyError, ValueError, _Malformed, msgspec.DecodeError, msgspec.ValidationError)
+_MISSES = (IndexError, KeyError, ValueError, Malformed, msgspec.DecodeError, msgspec.ValidationError)
 
 Tail = tuple[str, str, int, int, str, bool]  # mod_type, value_capture_type, the two counts, transaction_tag, is_system
 
@@ -180,7 +180,7 @@ class BytesRecords:
             raise _Miss
         stamp, sequence, transaction, p = _texts(data, len(header), 3)
         if stamp != self._stamp_bytes or self._stamp is None:  # a transaction's records share it
-            self._stamp = _parse_timestamp(stamp.decode(), "commit_timestamp")
+            self._stamp = parse_timestamp(stamp.decode(), "commit_timestamp")
             self._stamp_bytes = stamp
         last = _FLAGS[data[p : p + 4]]
         head = p + 4

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from spanner_cdc.source.record_json import record_to_json, rfc3339
-from spanner_cdc.source.records import HeartbeatRecord
+from spanner_cdc.model.record_json import record_to_json, rfc3339
+from spanner_cdc.model.records import HeartbeatRecord
 from tests.unit.source import test_decode_examples as ex
 from tests.unit.source.test_decode import EXPECTED
 

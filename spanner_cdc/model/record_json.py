@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spanner_cdc.source.records import (
+from spanner_cdc.model.records import (
     ChangeRecord,
     ChildPartitionsRecord,
     DataChangeRecord,

@@ -8,14 +8,14 @@ from typing import Any, Literal
 
 import msgspec
 
-from spanner_cdc.source.decode import _parse_timestamp, _pg_column_types
-from spanner_cdc.source.records import ColumnType, DataChangeRecord, Mod
+from spanner_cdc.model.records import ColumnType, DataChangeRecord, Mod
+from spanner_cdc.source.decode.fields import parse_timestamp, pg_column_types
 
 _UNSET: Any = msgspec.UNSET
 
 
 class _DataChange(msgspec.Struct, gc=False):  # never in a cycle: no need for the GC to walk it
-    """The fields decode.py reads, with its defaults for the optional ones, and the values it accepts for the two
+    """The fields postgresql.py reads, with its defaults for the optional ones, and the values it accepts for the two
     enumerations: anything else fails validation and goes the slow way, which explains it (or accepts it: INT64 as
     text, a numeric record_sequence). What validates needs no more checks than a record with mods."""
 
@@ -71,7 +71,7 @@ class FastDataChanges:
         # a transaction's records share their commit timestamp, a table's records their column types: each mapped once
         if d.commit_timestamp != self._stamp_text or self._stamp is None:
             try:
-                self._stamp = _parse_timestamp(d.commit_timestamp, "commit_timestamp")
+                self._stamp = parse_timestamp(d.commit_timestamp, "commit_timestamp")
             except Exception:  # any doubt: the slow path maps the same text and raises its own, explained error
                 return None
             self._stamp_text = d.commit_timestamp
@@ -79,7 +79,7 @@ class FastDataChanges:
         columns = self._columns.get(key)
         if columns is None:
             try:
-                columns = _pg_column_types(_json_loads(key))
+                columns = pg_column_types(_json_loads(key))
             except Exception:
                 return None
             if len(self._columns) < 1024:

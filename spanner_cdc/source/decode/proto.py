@@ -17,8 +17,7 @@ from google.cloud.spanner_v1.types import ChangeStreamRecord
 from google.protobuf.message import DecodeError
 
 from spanner_cdc.errors import SourceError
-from spanner_cdc.source.decode import RowMapper
-from spanner_cdc.source.records import (
+from spanner_cdc.model.records import (
     ChangeRecord,
     ColumnType,
     DataChangeRecord,
@@ -28,6 +27,7 @@ from spanner_cdc.source.records import (
     PartitionEventRecord,
     PartitionStartRecord,
 )
+from spanner_cdc.source.decode.fields import RowMapper
 
 _Record = ChangeStreamRecord.pb()
 _MOD_TYPES = {number: name for name, number in _Record.DataChangeRecord.ModType.items()}

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from spanner_cdc.source.records import (
+from spanner_cdc.model.records import (
     ChildPartition,
     ChildPartitionsRecord,
     HeartbeatRecord,

@@ -1,0 +1,40 @@
+"""The failpoints: every named point where a crash test can kill the process, and the one function that does it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+log = logging.getLogger(__name__)
+
+# "<point>[:<n>]": the n-th time the process reaches <point>, it SIGKILLs itself (crash tests).
+FAILPOINT_ENV = "SPANNER_CDC_FAILPOINT"
+# Every point the code calls; tests/unit/extract/test_failpoints.py fails when a failpoint() call names another.
+FAILPOINTS = {
+    "after_job": "a token's (or a wave group's) Spark job ran; nothing of it is published",
+    "after_publish": "its files are published under their final names; the store does not list them yet",
+    "after_commit": "the store committed its files and watermark",
+    "snapshot_after_job": "a snapshot table's Spark job ran; its files are not recorded",
+    "snapshot_after_commit": "a snapshot table's files are recorded; the snapshot marker is not written",
+    "snapshot_after_marker": "the snapshot marker is written; the snapshot is not marked complete",
+    "state_after_job": "a current state's files are published; its marker is not written yet",
+}
+_hits: dict[str, int] = {}
+_lock = threading.Lock()
+
+
+def failpoint(point: str) -> None:
+    """Die like a crash (no cleanup, no finally blocks) at a named point, when the environment asks for it."""
+    spec = os.environ.get(FAILPOINT_ENV)
+    if not spec:
+        return
+    target, _, nth = spec.partition(":")
+    if target != point:
+        return
+    with _lock:
+        _hits[point] = hit = _hits.get(point, 0) + 1
+    if hit == int(nth or 1):
+        log.warning("failpoint %s reached (hit %d): killing the process", point, hit)
+        os.kill(os.getpid(), signal.SIGKILL)
