@@ -22,7 +22,7 @@ HEAVY_PREFIXES = (
 )
 ALLOWED_PACKAGE_MODULES = {
     "spanner_cdc", "spanner_cdc.errors", "spanner_cdc.names", "spanner_cdc.settings", "spanner_cdc.stream_config",
-    "spanner_cdc.orchestration", "spanner_cdc.orchestration.deadline",
+    "spanner_cdc.orchestration", "spanner_cdc.orchestration.deadline", "spanner_cdc.times",
 }
 
 DAGBAG = """
