@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo up test test-unit test-stores lint bench clean
+.PHONY: install demo up down test test-unit test-stores lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,10 +26,14 @@ demo: install
 up: install
 	$(BIN)/spanner-cdc up
 
+# Stops the embedded Postgres that CLI commands on a laptop start and leave running (make demo and make up stop what they start).
+down: install
+	$(BIN)/spanner-cdc down
+
 # Whole test files spread over TEST_WORKERS processes (pytest-xdist); TEST_WORKERS=0 runs them in this one.
 TEST_WORKERS ?= 2
 
-test: install browser-deps
+test: install browser-deps monitoring-deps
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-unit: install
@@ -55,3 +59,10 @@ browser-deps:
 	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
 	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	else echo "browser-deps: run as root, or: sudo apt-get install chromium chromium-driver"; fi
+
+# Prometheus's promtool from Debian for the alert rules' unit tests (the tests skip without it).
+.PHONY: monitoring-deps
+monitoring-deps:
+	@if [ -x /usr/bin/promtool ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	else echo "monitoring-deps: run as root, or: sudo apt-get install prometheus"; fi

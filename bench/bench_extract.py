@@ -33,13 +33,11 @@ from bench.extract_support import (
     write_orders,
 )
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.extract.wave import GROUP_TOKENS_ENV
-from spanner_cdc.lake.check import DRIVER_ROWS_ENV
-from spanner_cdc.settings import Settings
-from spanner_cdc.spark.token_job import TASK_TOKENS_ENV
+from spanner_cdc.settings import Settings, env_name
 
 COMMAND = "python -m bench.bench_extract"
-CONCURRENCY_ENV = "SPANNER_CDC_CONCURRENCY"
+CONCURRENCY_ENV, GROUP_TOKENS_ENV = env_name("concurrency"), env_name("wave_group_tokens")
+DRIVER_ROWS_ENV, TASK_TOKENS_ENV = env_name("check_driver_rows"), env_name("task_tokens")
 RATE_TARGET = 3.0  # one token's landing rate >= 3x the bare client's drain rate (issue 15, the architecture's budget)
 UNDECODED_TARGET = 0.25  # ... and >= 25% of the server's stream drained by the client leaving rows undecoded
 OVERHEAD_TARGET_S = 0.1  # per-token overhead on Spark Connect, 32 tokens amortized (issue 15; issue 6 asked 1.5)

@@ -26,9 +26,10 @@ from bench.extract_support import (
 )
 from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.extract.failpoints import FAILPOINT_ENV
-from spanner_cdc.extract.token import LEASE_ENV, LIVENESS_ENV
 from spanner_cdc.lake.layout import LakeLayout
-from spanner_cdc.settings import Settings, subprocess_env
+from spanner_cdc.settings import Settings, env_name, subprocess_env
+
+LEASE_ENV, LIVENESS_ENV = env_name("lease_s"), env_name("liveness")
 
 COMMAND = "python -m bench.bench_recovery"
 REPO = Path(__file__).resolve().parents[1]

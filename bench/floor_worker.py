@@ -19,7 +19,6 @@ from spanner_cdc.settings import Settings
 from spanner_cdc.source.client import open_database
 from spanner_cdc.spark.executor import land_wave_tokens
 from spanner_cdc.spark.spec import TokenJobSpec
-from spanner_cdc.spark.token_job import task_threads
 
 # bench.extract_support's names, repeated: importing it would pull the benchmarks' own servers into the floor
 PROJECT, INSTANCE, STREAM, DIALECT = "bench-project", "bench-instance", "Everything", "GOOGLE_STANDARD_SQL"
@@ -41,7 +40,7 @@ def main(argv: list[str]) -> int:
         for n, root in enumerate(roots)
     ]  # fmt: skip
     for n in range(0, len(specs), TASK):
-        for batch in land_wave_tokens(specs[n : n + TASK], task_threads()):
+        for batch in land_wave_tokens(specs[n : n + TASK], Settings().task_threads):
             failed = [c for c in batch.column("control").drop_null().to_pylist() if json.loads(c).get("error_type")]
             if failed:
                 raise SystemExit(f"floor: a token failed: {failed[0]}")

@@ -21,8 +21,13 @@ from airflow.sdk import (
 )
 from airflow.sdk.bases.decorator import task_decorator_factory
 
-from spanner_cdc.names import LIVE_NAMESPACE, SPANNER_POOL, current_state_asset_name, landed_asset_name
-from spanner_cdc.orchestration.deadline import DEFAULT_CALLBACK
+from spanner_cdc.names import (
+    DEADLINE_CALLBACK,
+    LIVE_NAMESPACE,
+    SPANNER_POOL,
+    current_state_asset_name,
+    landed_asset_name,
+)
 from spanner_cdc.settings import load_settings
 from spanner_cdc.stream_config import StreamConfig, load_streams
 
@@ -95,7 +100,7 @@ def deadline_alert(config: StreamConfig) -> DeadlineAlert | None:
     if config.deadline_notifier:
         callback = AsyncCallback(config.deadline_notifier, kwargs=dict(config.deadline_notifier_kwargs))
     else:
-        callback = AsyncCallback(DEFAULT_CALLBACK, kwargs={"stream": config.name, "minutes": config.deadline_minutes})
+        callback = AsyncCallback(DEADLINE_CALLBACK, kwargs={"stream": config.name, "minutes": config.deadline_minutes})
     return DeadlineAlert(
         reference=DeadlineReference.DAGRUN_LOGICAL_DATE, interval=after, callback=callback,
         name=f"window not complete {config.deadline_minutes} min after its end",

@@ -8,68 +8,18 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from spanner_cdc import names
+from spanner_cdc import names, validators
 from spanner_cdc.errors import ConfigError
+from spanner_cdc.validators import choice, fraction, identifier, int_between, optional, seconds_at_least, text
 
 ENV_PREFIX = "SPANNER_CDC_"
 CONFIG_ENV = "SPANNER_CDC_CONFIG"
 DIALECTS = ("auto", *names.DIALECTS)
 SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)\])?|spark://[^/\s]+:\d+|sc://[^/\s]+(:\d+)?(/.*)?)$")
-
-
-def _int_between(low: int, high: int) -> Callable[[str, Any], int]:
-    def parse(name: str, value: Any) -> int:
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(name, value, f"an integer in [{low}, {high}]") from None
-        if isinstance(value, bool) or not low <= number <= high:
-            raise ConfigError(name, value, f"an integer in [{low}, {high}]")
-        return number
-
-    return parse
-
-
-def env_int(name: str, default: int, low: int, high: int) -> int:
-    """An integer setting of the environment variable `name` (unset or empty: `default`), in [low, high]."""
-    raw = os.environ.get(name)
-    return default if not raw else _int_between(low, high)(name, raw)
-
-
-def _choice(*choices: str) -> Callable[[str, Any], str]:
-    def parse(name: str, value: Any) -> str:
-        text = str(value)
-        for choice in choices:
-            if text.upper() == choice.upper():
-                return choice
-        raise ConfigError(name, value, "one of " + ", ".join(choices))
-
-    return parse
-
-
-def _identifier(name: str, value: Any) -> str:
-    text = str(value)
-    if not names.IDENTIFIER.fullmatch(text):
-        raise ConfigError(name, value, names.IDENTIFIER_ACCEPTED)
-    return text
-
-
-def _optional_identifier(name: str, value: Any) -> str | None:
-    return None if value in (None, "") else _identifier(name, value)
-
-
-def _text(name: str, value: Any) -> str:
-    text = str(value).strip()
-    if not text:
-        raise ConfigError(name, value, "a non-empty string")
-    return text
-
-
-def _optional_text(name: str, value: Any) -> str | None:
-    return None if value in (None, "") else _text(name, value)
 
 
 def _postgres_url(name: str, value: Any) -> str | None:
@@ -88,7 +38,7 @@ ICEBERG_CATALOG_ACCEPTED = "off, store (a SQL catalog in the metadata store), ht
 
 def _iceberg_catalog(name: str, value: Any) -> str:
     """`off`, `store`, or a REST / Hive catalog URL (credentials never in it: they are refused unshown)."""
-    text = _text(name, value)
+    text = validators.text(name, value)
     if text.lower() in ("off", "store"):
         return text.lower()
     if text.startswith(("http://", "https://", "thrift://")) and "@" not in text.split("/")[2]:
@@ -106,7 +56,7 @@ def _spark_master(name: str, value: Any) -> str:
 
 
 def _path(name: str, value: Any) -> Path:
-    return Path(_text(name, value)).expanduser()
+    return Path(text(name, value)).expanduser()
 
 
 # The lake's roots: a local path, or a bucket (and prefix) on Google Cloud Storage or S3.
@@ -122,7 +72,7 @@ def output_root(name: str, value: Any) -> Path | str:
     Credentials never go in the URL (they come from the standard places), so one with a user part is
     refused without echoing it.
     """
-    text = _text(name, value)
+    text = validators.text(name, value)
     scheme = _SCHEME.match(text)
     if scheme is None:
         return Path(text).expanduser()
@@ -154,13 +104,13 @@ def _meta(parse: Callable[[str, Any], Any], help: str) -> dict[str, Any]:
 class Settings:
     """Every setting a command may need; each field is validated by its `parse` metadata."""
 
-    project: str = field(default="local-project", metadata=_meta(_text, "Spanner project id"))
-    instance: str = field(default="local-instance", metadata=_meta(_text, "Spanner instance id"))
-    database: str = field(default="cdc", metadata=_meta(_text, "Spanner database id"))
-    stream: str | None = field(default=None, metadata=_meta(_optional_identifier, "change stream name"))
-    dialect: str = field(default="auto", metadata=_meta(_choice(*DIALECTS), "SQL dialect of the database"))
+    project: str = field(default="local-project", metadata=_meta(text, "Spanner project id"))
+    instance: str = field(default="local-instance", metadata=_meta(text, "Spanner instance id"))
+    database: str = field(default="cdc", metadata=_meta(text, "Spanner database id"))
+    stream: str | None = field(default=None, metadata=_meta(optional(identifier), "change stream name"))
+    dialect: str = field(default="auto", metadata=_meta(choice(*DIALECTS), "SQL dialect of the database"))
     heartbeat_ms: int = field(
-        default=10_000, metadata=_meta(_int_between(1000, 300_000), "heartbeat_milliseconds of queries")
+        default=10_000, metadata=_meta(int_between(1000, 300_000), "heartbeat_milliseconds of queries")
     )
     metadata_url: str | None = field(
         default=None, metadata=_meta(_postgres_url, "Postgres URL of the metadata store (default: embedded)")
@@ -172,13 +122,46 @@ class Settings:
         default="off", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: off, store, or a REST/Hive catalog URL")
     )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
-    namespace: str = field(default="live", metadata=_meta(_identifier, "lineage namespace"))
-    concurrency: int = field(default=4, metadata=_meta(_int_between(1, 256), "tokens extracted at once"))
+    namespace: str = field(default="live", metadata=_meta(identifier, "lineage namespace"))
+    concurrency: int = field(default=4, metadata=_meta(int_between(1, 256), "tokens extracted at once"))
     home: Path = field(default=Path(".local"), metadata=_meta(_path, "where embedded services keep their data"))
     emulator_host: str | None = field(
-        default=None, metadata=_meta(_optional_text, "host:port of an emulator or the local server")
+        default=None, metadata=_meta(optional(text), "host:port of an emulator or the local server")
+    )
+    headroom_warning: float = field(
+        default=0.5, metadata=_meta(fraction, "the UI warns when a lineage's retention headroom falls under this share of the stream's retention_period")
     )
     streams: Mapping[str, Any] = field(default_factory=dict, metadata={"parse": None, "help": "[streams.*] tables"})
+
+    # ---- tuning: how an extract spends its work; read by the driver, carried to executors in their job specs
+    wave_group_tokens: int = field(
+        default=256, metadata=_meta(int_between(1, 10_000), "most tokens in one Spark job (and store commit) of a wave; 1: a job per token")
+    )
+    task_tokens: int = field(
+        default=16, metadata=_meta(int_between(1, 1000), "tokens one task of a wave job lands; 1: a task per token")
+    )
+    task_threads: int = field(
+        default=4, metadata=_meta(int_between(1, 64), "how many of a task's tokens it lands at once; 1: one after another")
+    )
+    check_driver_rows: int = field(
+        default=2_000_000, metadata=_meta(int_between(0, 100_000_000), "most rows of a window the close checks in the driver; above, a Spark job; 0: always Spark")
+    )
+    lake_writer: str = field(
+        default="arrow", metadata=_meta(choice("arrow", "spark"), "who writes the Parquet files: arrow (executors, with pyarrow) or spark (Spark's writer)")
+    )
+    liveness: str = field(
+        default="lock", metadata=_meta(choice("lock", "lease"), "what frees a crashed run's tokens: lock (its death, at once) or lease (the lease only)")
+    )
+    lease_s: float = field(
+        default=300.0, metadata=_meta(seconds_at_least(1), "seconds a claim holds a token without renewal")
+    )
+    current_state_keep: int = field(
+        default=24, metadata=_meta(int_between(1, 10_000), "current states kept per lineage when no stream table says")
+    )
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.lease_s)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -193,6 +176,11 @@ class Settings:
             shown["metadata_url"] = mask_password(self.metadata_url)
         shown["spark_master"] = mask_spark_master(self.spark_master)
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable of a setting: SPANNER_CDC_ and its name in capitals."""
+    return ENV_PREFIX + field_name.upper()
 
 
 def _read_config_file(path: str) -> dict[str, Any]:
@@ -224,7 +212,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
         raw["emulator_host"] = ("SPANNER_EMULATOR_HOST", env["SPANNER_EMULATOR_HOST"])
     for name in Settings.field_names():
         env_name = ENV_PREFIX + name.upper()
-        if env_name in env and name != "streams":
+        if env_name in env and name != "streams" and not (name in TUNING_FIELDS and not env[env_name].strip()):
             raw[name] = (env_name, env[env_name])
     for name, value in (flags or {}).items():
         if value is not None and name in Settings.field_names():
@@ -237,8 +225,10 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
     return Settings(**values)
 
 
+TUNING_FIELDS = ("wave_group_tokens", "task_tokens", "task_threads", "check_driver_rows", "lake_writer", "liveness", "lease_s",
+                 "current_state_keep")  # fmt: skip
 SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
-                     "namespace", "concurrency", "heartbeat_ms", "home")  # fmt: skip
+                     "namespace", "concurrency", "heartbeat_ms", "home", *TUNING_FIELDS)  # fmt: skip
 
 
 def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:

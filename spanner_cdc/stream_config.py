@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc import validators
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.names import IDENTIFIER, hourly_dag_id
+from spanner_cdc.names import hourly_dag_id
 from spanner_cdc.settings import DIALECTS, Settings, output_root
 from spanner_cdc.times import utc
+from spanner_cdc.validators import boolean, choice, identifier, int_between, text
 
 CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 DATETIME_HINT = "an ISO 8601 date-time such as 2024-01-01T00:00:00Z (no zone means UTC)"
@@ -38,7 +40,7 @@ class StreamConfig:
     concurrency: int | None = None
     snapshot: bool = False  # the first run reads every watched table at its window start (the initial snapshot)
     current_state: bool = False  # each closed window: every table's state as of its end under current/
-    current_state_keep: int = 24  # states kept (older ones deleted)
+    current_state_keep: int = Settings.current_state_keep  # states kept (older ones deleted)
     deadline_minutes: int = 90  # a window not complete this long after its end misses its deadline (0: no deadline)
     deadline_notifier: str | None = None  # dotted path of an Airflow notifier (or async callable) run on a miss
     deadline_notifier_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -74,40 +76,6 @@ def _label(stream: str, key: str) -> str:
     return f"streams.{stream}.{key}"
 
 
-def _identifier(label: str, value: Any) -> str:
-    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value):
-        raise ConfigError(label, value, "an identifier: a letter or _, then letters, digits or _")
-    return value
-
-
-def _text(label: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(label, value, "a non-empty string")
-    return value.strip()
-
-
-def _int_between(low: int, high: int) -> Any:
-    def parse(label: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ConfigError(label, value, f"an integer in [{low}, {high}]")
-        return value
-
-    return parse
-
-
-def _dialect(label: str, value: Any) -> str:
-    for choice in DIALECTS:
-        if isinstance(value, str) and value.upper() == choice.upper():
-            return choice
-    raise ConfigError(label, value, "one of " + ", ".join(DIALECTS))
-
-
-def _bool(label: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(label, value, "true or false")
-    return value
-
-
 def parse_datetime(label: str, value: Any) -> dt.datetime:
     """A TOML date / date-time or an ISO 8601 string, as an aware UTC datetime."""
     if isinstance(value, str):
@@ -123,7 +91,7 @@ def parse_datetime(label: str, value: Any) -> dt.datetime:
 
 
 def _schedule(label: str, value: Any) -> str:
-    text = _text(label, value)
+    text = validators.text(label, value)
     if text in CRON_PRESETS:
         return text
     from croniter import croniter
@@ -134,10 +102,10 @@ def _schedule(label: str, value: Any) -> str:
 
 
 def _dotted_path(label: str, value: Any) -> str:
-    text = _text(label, value)
-    if not all(part.isidentifier() for part in text.split(".")) or "." not in text:
+    path = text(label, value)
+    if not all(part.isidentifier() for part in path.split(".")) or "." not in path:
         raise ConfigError(label, value, "a dotted path such as airflow.providers.slack.notifications.slack.SlackNotifier")
-    return text
+    return path
 
 
 def _table(label: str, value: Any) -> dict[str, Any]:
@@ -147,23 +115,23 @@ def _table(label: str, value: Any) -> dict[str, Any]:
 
 
 PARSERS: dict[str, Any] = {
-    "change_stream": _identifier,
+    "change_stream": identifier,
     "start_date": parse_datetime,
     "schedule": _schedule,
     "end_date": parse_datetime,
-    "catchup": _bool,
-    "waves": _int_between(1, 10),
-    "project": _text,
-    "instance": _text,
-    "database": _text,
-    "dialect": _dialect,
-    "heartbeat_ms": _int_between(1000, 300_000),
+    "catchup": boolean,
+    "waves": int_between(1, 10),
+    "project": text,
+    "instance": text,
+    "database": text,
+    "dialect": choice(*DIALECTS),
+    "heartbeat_ms": int_between(1000, 300_000),
     "output_root": output_root,
-    "concurrency": _int_between(1, 256),
-    "snapshot": _bool,
-    "current_state": _bool,
-    "current_state_keep": _int_between(1, 10_000),
-    "deadline_minutes": _int_between(0, 10_080),
+    "concurrency": int_between(1, 256),
+    "snapshot": boolean,
+    "current_state": boolean,
+    "current_state_keep": int_between(1, 10_000),
+    "deadline_minutes": int_between(0, 10_080),
     "deadline_notifier": _dotted_path,
     "deadline_notifier_kwargs": _table,
 }
@@ -172,7 +140,7 @@ ACCEPTED_KEYS = ("name", *PARSERS)
 
 def parse_stream(key: str, table: Any) -> StreamConfig:
     """Validate one `[streams.<key>]` table."""
-    name = _identifier(f"streams.{key}", key)
+    name = identifier(f"streams.{key}", key)
     if not isinstance(table, Mapping):
         raise ConfigError(f"streams.{key}", table, "a TOML table [streams.<name>]")
     values: dict[str, Any] = {}

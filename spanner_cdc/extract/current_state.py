@@ -1,4 +1,5 @@
-"""Current-state tables at each closed window's end: the previous state plus one window, a Spark task per table."""
+"""Current-state tables at each closed window's end: the previous state plus one window, a Spark task per table (the run
+over the lineage's windows; lake/current_state.py is the same concept's fold of one table, spark/state_job.py its job)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.errors import ConfigError
 from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.window import _store, _stream, layout_of
 from spanner_cdc.lake import storage
@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from spanner_cdc.store.models import WindowRow
 
 log = logging.getLogger(__name__)
-DEFAULT_KEEP = 24  # states kept per lineage (older ones are deleted once a newer one is marked)
-KEEP_ENV = "SPANNER_CDC_CURRENT_STATE_KEEP"
 
 
 @dataclass
@@ -40,13 +38,6 @@ def _z(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def keep_count() -> int:
-    import os
-
-    text = os.environ.get(KEEP_ENV, str(DEFAULT_KEEP)).strip()
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigError(KEEP_ENV, text, "an integer >= 1 (states kept per lineage)")
-    return int(text)
 
 
 def _marker(layout: LakeLayout, as_of: datetime) -> dict[str, Any] | None:
@@ -96,7 +87,7 @@ def _prune(layout: LakeLayout, ends: list[datetime], keep: int) -> None:
 
 def update_current_state(settings: Settings, *, up_to: datetime | None = None, keep: int | None = None) -> list[StateSummary]:
     """States for every closed window (up to `up_to`) that has none yet, oldest first, each from the one before."""
-    layout, keep = layout_of(settings), keep or keep_count()
+    layout, keep = layout_of(settings), keep or settings.current_state_keep
     with _store(settings) as store:
         lineage = store.get_lineage(_stream(settings), settings.namespace)
         windows = []

@@ -1,4 +1,5 @@
-"""A lineage's initial snapshot: every watched table read at T0, table by table, exactly once; extraction then starts after T0."""
+"""A lineage's initial snapshot: every watched table read at T0, table by table, exactly once; extraction then starts after T0
+(the run; lake/snapshot.py holds the same snapshot's lake rows and marker, cli/commands/snapshot.py its command)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import uuid
@@ -28,8 +27,9 @@ from spanner_cdc.lake.publish import (
 from spanner_cdc.lake.storage import join
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
+from spanner_cdc.settings import Settings, env_name
 from spanner_cdc.spark.control_file import ControlSummary
-from spanner_cdc.spark.spec import WRITER_ENV, TokenJobSpec, lake_writer
+from spanner_cdc.spark.spec import TokenJobSpec
 from spanner_cdc.spark.token_job import run_token_job
 from spanner_cdc.store.models import Claim, LeaseLost, ManifestFile
 
@@ -40,42 +40,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LEASE_ENV = "SPANNER_CDC_LEASE_S"
-DEFAULT_LEASE_S = 300.0
-# "lock" (default): a run's claims are also tied to its life (store.liveness), so a re-run takes a dead
-# run's tokens over at once; "lease": only the lease frees them (behind a pooler that does not keep
-# sessions, such as PgBouncer in transaction mode, a session lock says nothing about a run).
-LIVENESS_ENV = "SPANNER_CDC_LIVENESS"
-LIVENESS_MODES = ("lock", "lease")
+# Settings.liveness "lock" (default): a run's claims are also tied to its life (store.liveness), so a re-run takes a
+# dead run's tokens over at once; "lease": only the lease (Settings.lease_s) frees them (behind a pooler that does not
+# keep sessions, such as PgBouncer in transaction mode, a session lock says nothing about a run).
 # How often a running extract checks that it still holds its liveness lock (it re-takes it after a
 # Postgres restart); the lease is renewed less often, every third of it.
 LIVENESS_CHECK_S = 2.0
-def lease_duration() -> timedelta:
-    """How long a claim holds a token without renewal (renewed every third of it while the job runs).
-
-    The fallback: a dead run's RUNNING tokens are claimable at once through its liveness lock; the lease
-    frees SCHEDULED tokens and, with SPANNER_CDC_LIVENESS=lease, every claim. `SPANNER_CDC_LEASE_S` shortens it.
-    """
-    raw = os.environ.get(LEASE_ENV)
-    try:
-        seconds = float(raw) if raw else DEFAULT_LEASE_S
-    except ValueError:
-        from spanner_cdc.errors import ConfigError
-
-        raise ConfigError(LEASE_ENV, raw, "a number of seconds >= 1") from None
-    return timedelta(seconds=max(1.0, seconds))
-
-
-def liveness_enabled() -> bool:
-    """Whether claims are tied to the life of the run (SPANNER_CDC_LIVENESS=lock, the default) or to the lease only."""
-    raw = os.environ.get(LIVENESS_ENV) or LIVENESS_MODES[0]
-    if raw not in LIVENESS_MODES:
-        from spanner_cdc.errors import ConfigError
-
-        raise ConfigError(LIVENESS_ENV, raw, " or ".join(LIVENESS_MODES))
-    return raw == "lock"
-
-
 @dataclass(frozen=True)
 class TokenResult:
     """What one token's extract landed; `records` counts lake rows (one per mod)."""
@@ -105,7 +75,11 @@ class ExtractJob:
     window_end: datetime
     read_method: str
     connection: dict[str, Any]  # project, instance, database, emulator_host, dialect, heartbeat_ms
-    writer: str = field(default_factory=lake_writer)
+    # the tuning of Settings the job's driver side uses (defaults: Settings')
+    writer: str = Settings.lake_writer
+    group_tokens: int = Settings.wave_group_tokens
+    task_tokens: int = Settings.task_tokens
+    task_threads: int = Settings.task_threads
 
 
 class LeaseKeeper:
@@ -213,7 +187,7 @@ def start_attempt(job: ExtractJob, claim: Claim, read_from: datetime, read_to: d
         f"{compact_time(read_from)}-{compact_time(read_to)}-a{claim.attempt}-{uuid.uuid4().hex[:8]}",
     )
     if job.writer != "arrow" and job.layout.is_url:
-        raise ConfigError(WRITER_ENV, job.writer, "arrow when the output root is a bucket (Spark's own Parquet writer would need the Hadoop GCS / S3 connectors)")
+        raise ConfigError(env_name("lake_writer"), job.writer, "arrow when the output root is a bucket (Spark's own Parquet writer would need the Hadoop GCS / S3 connectors)")
     if job.writer == "arrow":  # the executor writes the published names itself: journal them first
         begin_attempt(
             job.layout, token, lineage_id=job.lineage_id, range_start=read_from, range_end=read_to,

@@ -25,7 +25,6 @@ from spanner_cdc.extract.token import (
 from spanner_cdc.lake.publish import clear_journal
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
-from spanner_cdc.settings import env_int
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 from spanner_cdc.spark.token_job import TokenOutcome, run_wave_job
@@ -33,16 +32,10 @@ from spanner_cdc.store.models import Claim, Completion
 
 log = logging.getLogger(__name__)
 
-# The most tokens one Spark job (and one store transaction) lands: a huge wave is still committed in
-# steps, and a job that fails as a whole sends at most this many tokens back to READY. 1 gives a job per
+# Settings.wave_group_tokens, the most tokens one Spark job (and one store transaction) lands: a huge wave is still
+# committed in steps, and a job that fails as a whole sends at most this many tokens back to READY. 1 gives a job per
 # token (as before waves were grouped; the benchmark compares the two).
-GROUP_TOKENS_ENV = "SPANNER_CDC_WAVE_GROUP_TOKENS"
-MAX_GROUP_TOKENS = 256
 START_THREADS = 8  # a group's attempts started at once (journals written, a crashed attempt's files removed)
-
-
-def max_group_tokens() -> int:
-    return env_int(GROUP_TOKENS_ENV, MAX_GROUP_TOKENS, 1, 10_000)
 
 
 @dataclass
@@ -61,9 +54,9 @@ class _Outcomes:
     errors: list[tuple[Claim, BaseException]] = field(default_factory=list)
 
 
-def groups(claims: Sequence[Claim], concurrency: int) -> list[list[Claim]]:
-    """The wave split into `concurrency` groups or fewer (each at most max_group_tokens()), in claim order."""
-    size = min(max_group_tokens(), max(1, math.ceil(len(claims) / max(1, concurrency))))
+def groups(claims: Sequence[Claim], concurrency: int, group_tokens: int) -> list[list[Claim]]:
+    """The wave split into `concurrency` groups or fewer (each at most `group_tokens`), in claim order."""
+    size = min(group_tokens, max(1, math.ceil(len(claims) / max(1, concurrency))))
     return [list(claims[i : i + size]) for i in range(0, len(claims), size)]
 
 
@@ -85,7 +78,7 @@ def extract_wave(
     out = _Outcomes()
     with LeaseKeeper(job.store, lease) as keeper, ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         futures = [
-            pool.submit(_run_group, job, group, keeper, out, on_start, on_done) for group in groups(claims, concurrency)
+            pool.submit(_run_group, job, group, keeper, out, on_start, on_done) for group in groups(claims, concurrency, job.group_tokens)
         ]
         for future in futures:
             future.result()
@@ -146,7 +139,7 @@ def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> list[_Landed]:
     by_token = {claim.token: claim for claim in group}
     landed: list[_Landed] = []
     began = time.monotonic()
-    outcomes = run_wave_job(job.spark, list(specs.values())) if specs else []
+    outcomes = run_wave_job(job.spark, list(specs.values()), job.task_tokens, job.task_threads) if specs else []
     _log_job_time(job, outcomes, time.monotonic() - began)
     for outcome in outcomes:
         claim, spec = by_token[outcome.spec.token], outcome.spec

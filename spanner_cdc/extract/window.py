@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError, setting
 from spanner_cdc.extract.planning import check_retention, effective_start, root_partitions
-from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims, lease_duration, liveness_enabled
+from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims
 from spanner_cdc.extract.wave import extract_wave
 from spanner_cdc.lake import storage
-from spanner_cdc.lake.check import driver_rows, driver_transaction_check
+from spanner_cdc.lake.check import driver_transaction_check
+from spanner_cdc.lake.completeness import completeness_record
 from spanner_cdc.lake.iceberg import land_window
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
-from spanner_cdc.lake.markers import write_marker
+from spanner_cdc.lake.markers import earlier_completeness, read_marker, write_marker
 from spanner_cdc.lineage.rules import inclusive_end, read_from
 from spanner_cdc.names import LIVE_READ_METHOD, READ_METHODS, short_token
 from spanner_cdc.times import utc
@@ -96,6 +97,8 @@ class WindowSummary:
     elapsed_s: float
     waves: int = 0
     extracted_tokens: int = 0
+    # the window's completeness record (`lake/completeness.py`), once complete: as its marker and snapshot carry it
+    completeness: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -216,6 +219,7 @@ def plan_window(
     effective = effective_start(stream, meta.created_at, start, end)
     with _store(settings) as store:
         lineage = store.ensure_lineage(stream, settings.namespace, database=database.name)
+        store.record_retention(lineage.id, meta.retention)  # what the UI measures the headroom against
         partitions = store.partitions(lineage.id)
         if not partitions or not store.window_status(lineage.id, start, end).complete:
             check_retention(stream, effective, meta.retention, settings.namespace)
@@ -274,7 +278,7 @@ def extract_tokens(
     stream, method = _stream(settings), _read_method(read_method)
     if not tokens:
         return []
-    lease, liveness = lease_duration(), liveness_enabled()
+    lease, liveness = settings.lease, settings.liveness == "lock"
     # Spark, the dialect and the partition mode first: a JVM start must not eat into the leases of claimed tokens
     source = source or RunSource(settings)
     dialect, partition_mode = source.dialect, source.partition_mode(stream)
@@ -299,6 +303,10 @@ def extract_tokens(
             window_end=end,
             read_method=method,
             connection=_connection(settings, dialect, partition_mode),
+            writer=settings.lake_writer,
+            group_tokens=settings.wave_group_tokens,
+            task_tokens=settings.task_tokens,
+            task_threads=settings.task_threads,
         )
         tracker = _ProgressTracker(Progress(waiting=len(claims), tokens=[c.token for c in claims]), progress)
         # the arrow writer lands a group of tokens per Spark job and commits them together; Spark's own
@@ -385,6 +393,7 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
         # in it any more, so its check and marker stand
         summary.complete, summary.marker_path = True, row.marker_path
         summary.transaction_check = dict(row.transaction_check or {})
+        summary.completeness = (read_marker(row.marker_path) or {}).get("completeness")
         return summary
     # A token that fell behind lands older commits with a later window's files: check the window's
     # transactions in every file whose range overlaps it, whatever window extracted it.
@@ -392,19 +401,23 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
     check = _transaction_check(settings, overlapping, start, end)
     summary.transaction_check = check
     if not check["ok"]:
+        store.record_failed_check(lineage_id, start, end, check)
         raise ExtractError(
             f"{stream}: window [{start.isoformat()}, {end.isoformat()}) failed the transaction check "
             f"({check['mismatched']} of {check['transactions']} transactions with a record count other than "
             f"number_of_records_in_transaction, {check['duplicate_rows']} duplicate rows; e.g. {check['examples'][:3]}); "
             "the window is not marked complete"
         )
-    marker = write_marker(layout, lineage_id=lineage_id, window_start=start, window_end=end, files=files, check=check)
+    record = _completeness(store, layout, lineage_id, start, end, files, check)
+    marker = write_marker(
+        layout, lineage_id=lineage_id, window_start=start, window_end=end, files=files, check=check, completeness=record
+    )
     # after the marker, before the window is closed: a close killed in between commits on its re-run, once
-    land_window(settings, layout, window_start=start, window_end=end, files=files)
+    land_window(settings, layout, window_start=start, window_end=end, files=files, completeness=record)
     store.close_window(
         lineage_id, start, end, records=summary.records, files=summary.files, transaction_check=check, marker_path=str(marker)
     )
-    summary.complete, summary.marker_path = True, str(marker)
+    summary.complete, summary.marker_path, summary.completeness = True, str(marker), record
     log.info(
         "%s: window [%s, %s) complete: %d rows in %d files, %d transactions checked",
         stream, start.isoformat(), end.isoformat(), summary.records, summary.files, check["transactions"],
@@ -412,12 +425,26 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
     return summary
 
 
+def _completeness(
+    store: MetadataStore, layout: LakeLayout, lineage_id: int, start: datetime, end: datetime,
+    files: Sequence[ManifestFile], check: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """The window's completeness record (a re-run after a killed close keeps the one its marker has)."""
+    earlier = earlier_completeness(layout, start, end, files)
+    if earlier is not None:
+        return earlier
+    return completeness_record(
+        stream=layout.stream, namespace=layout.namespace, window_start=start, window_end=end,
+        low_watermark=store.low_watermark(lineage_id), check=check,
+    )  # fmt: skip
+
+
 def _transaction_check(settings: Settings, files: Sequence[ManifestFile], start: datetime, end: datetime) -> dict[str, Any]:
     """The check of the files overlapping the window: read in this process when the manifest says they are
     small (no Spark job, which costs more than the reading), counted by Spark where they are otherwise, so
     the driver's memory stays bounded whatever the window's size."""
     paths, rows = [f.path for f in files], sum(f.rows for f in files)
-    if rows <= driver_rows():
+    if rows <= settings.check_driver_rows:
         return driver_transaction_check(paths, window_start=start, window_end=end)
     from spanner_cdc.spark.check import transaction_check
     from spanner_cdc.spark.session import spark_session
@@ -439,7 +466,7 @@ def _held_elsewhere(store: MetadataStore, lineage_id: int, end: datetime) -> lis
 def _wait_for_held_tokens(settings: Settings, end: datetime) -> list[TokenTask]:
     """Nothing is ready, but tokens of the window are held elsewhere: look again every HELD_POLL_S until some
     are READY (their run died or their lease passed, or their children were promoted), or none is held."""
-    interval = min(HELD_POLL_S, lease_duration().total_seconds() / 4)
+    interval = min(HELD_POLL_S, settings.lease_s / 4)
     with _store(settings) as store:
         lineage = store.get_lineage(_stream(settings), settings.namespace)
         announced: set[str] = set()
@@ -468,10 +495,8 @@ def run_window(
     """Plan, then waves of ready tokens (children born in the window join later waves), then close."""
     started = time.monotonic()
     from spanner_cdc.spark.session import start_in_background
-    from spanner_cdc.spark.token_job import task_tokens
 
-    lease_duration(), liveness_enabled(), driver_rows(), task_tokens()  # a bad setting stops the run before it changes anything
-    _window(window_start, window_end)  # and a bad window before the database is asked anything
+    _window(window_start, window_end)  # a bad window stops the run before the database is asked anything (settings were checked as loaded)
     start_in_background(settings)  # a driver's JVM starts while the window is planned
     source = source or RunSource(settings)
     plan = plan_window(settings, window_start, window_end, read_method=read_method, source=source)

@@ -1,10 +1,11 @@
-"""The window's transaction check in the driver: the checked columns of a few files read with pyarrow and grouped by transaction."""
+"""The window's transaction check in the driver: the checked columns of a few files read with pyarrow and grouped by transaction
+(the same check as spark/check.py, which gives the same result for windows too large for the driver)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -12,27 +13,28 @@ import pyarrow.compute as pc
 
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import LAKE_SCHEMA
-from spanner_cdc.settings import env_int
 
 MAX_LISTED = 20
 # what the check reads of each file
 CHECKED_COLUMNS = ("uuid", "commit_timestamp", "server_transaction_id", "record_sequence", "number_of_records_in_transaction")
 CHECKED = pa.schema([LAKE_SCHEMA.field(name) for name in CHECKED_COLUMNS])
 
-# Up to this many rows in the files overlapping a window (the manifest's counts) the close checks them in
-# the driver; above it, Spark aggregates them where they are, so the driver's memory stays bounded
+# Up to Settings.check_driver_rows rows in the files overlapping a window (the manifest's counts) the close checks them
+# in the driver; above it, Spark aggregates them where they are, so the driver's memory stays bounded
 # (2,000,000 rows of the checked columns take ~200 MB). 0 always uses Spark.
-DRIVER_ROWS_ENV = "SPANNER_CDC_CHECK_DRIVER_ROWS"
-DRIVER_ROWS = 2_000_000
 READERS = 8  # files read at once (a bucket's latency, not the CPU, is what they wait on)
 
 
-def driver_rows() -> int:
-    return env_int(DRIVER_ROWS_ENV, DRIVER_ROWS, 0, 100_000_000)
-
-
 def empty_check() -> dict[str, Any]:
-    return {"ok": True, "transactions": 0, "rows": 0, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0, "examples": []}
+    return {
+        "ok": True, "transactions": 0, "rows": 0, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0,
+        "examples": [], "first_commit_timestamp": None, "last_commit_timestamp": None,
+    }  # fmt: skip
+
+
+def iso_timestamp(value: datetime | None) -> str | None:
+    """A commit timestamp as the completeness record gives it: ISO 8601 in UTC, to the microsecond."""
+    return None if value is None else value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def read_checked(path: str) -> pa.Table:
@@ -62,7 +64,7 @@ def driver_transaction_check(paths: Sequence[str], *, window_start: datetime, wi
     with ThreadPoolExecutor(max_workers=min(READERS, len(paths))) as pool:
         tables = list(pool.map(_read_columns, paths))
     # files that hold the columns alike are cast together: a cast per file cost more than reading a small file
-    # (1,723 files of 1,000 partitions: 1.33 -> 0.75 s, medians of 5); the rows read are bounded by driver_rows() as before
+    # (1,723 files of 1,000 partitions: 1.33 -> 0.75 s, medians of 5); the rows read are bounded by Settings.check_driver_rows as before
     alike: dict[tuple[tuple[str, str], ...], list[pa.Table]] = {}
     for table in tables:
         alike.setdefault(tuple((field.name, str(field.type)) for field in table.schema), []).append(table)
@@ -99,6 +101,7 @@ def check_table(table: pa.Table, *, window_start: datetime, window_end: datetime
         for row in bad.take(order[:MAX_LISTED]).to_pylist()
     ]  # fmt: skip
     duplicates = rows - pc.count_distinct(inside.column("uuid")).as_py()
+    bounds = pc.min_max(inside.column("commit_timestamp")).as_py()
     return {
         "ok": bad.num_rows == 0 and duplicates == 0,
         "transactions": per_transaction.num_rows,
@@ -107,4 +110,6 @@ def check_table(table: pa.Table, *, window_start: datetime, window_end: datetime
         "duplicate_rows": duplicates,
         "outside_window_rows": table.num_rows - rows,
         "examples": examples,
+        "first_commit_timestamp": iso_timestamp(bounds["min"]),
+        "last_commit_timestamp": iso_timestamp(bounds["max"]),
     }

@@ -1,4 +1,5 @@
-"""Current-state tables: one table's rows at a window end (previous state + the window's changes in commit order), typed."""
+"""Current-state tables: one table's rows at a window end (previous state + the window's changes in commit order), typed
+(the fold a task runs; extract/current_state.py runs it over the lineage's windows)."""
 
 from __future__ import annotations
 

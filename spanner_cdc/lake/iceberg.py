@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spanner_cdc.lake.columns import LAKE_SCHEMA
+from spanner_cdc.lake.completeness import record_from_summary, summary_properties
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.storage import join, scheme_of
 from spanner_cdc.store.models import ManifestFile
@@ -144,25 +145,37 @@ def _absolute_root(layout: LakeLayout) -> str:
     return layout.location if layout.is_url else os.path.abspath(layout.location)
 
 
-def commit_window(table: Table, *, window_start: datetime, window_end: datetime, files: Sequence[ManifestFile]) -> WindowCommit:
-    """Make the table hold exactly the window's manifest files, in one snapshot naming the window.
+def commit_window(
+    table: Table, *, window_start: datetime, window_end: datetime, files: Sequence[ManifestFile],
+    completeness: Mapping[str, Any] | None = None,
+) -> WindowCommit:  # fmt: skip
+    """Make the table hold exactly the window's manifest files, in one snapshot naming the window and carrying
+    its completeness record (`lake/completeness.py`).
 
     A re-run that finds them (same paths, rows and sizes) commits nothing; a re-landed window's files
     replace the ones the table had for it in the same snapshot, so a reader sees the old window or the new.
+    A window without changes gets a snapshot that adds nothing, once: its completeness record is published too.
     """
     from pyiceberg.expressions import EqualTo
 
     start, end = window_start.astimezone(UTC).isoformat(), window_end.astimezone(UTC).isoformat()
+    properties = {WINDOW_START: start, WINDOW_END: end, **(summary_properties(completeness) if completeness else {})}
     return replace_files(
         table, {f.path: (f.rows, f.bytes) for f in files},
         EqualTo("window_start", start),  # type: ignore[call-arg, arg-type]
-        {WINDOW_START: start, WINDOW_END: end},
+        properties, empty_once=(WINDOW_START, start),
     )  # fmt: skip
 
 
-def replace_files(table: Table, wanted: dict[str, tuple[int, int]], selection: Any, properties: dict[str, str]) -> WindowCommit:
+def replace_files(
+    table: Table, wanted: dict[str, tuple[int, int]], selection: Any, properties: dict[str, str],
+    empty_once: tuple[str, str] | None = None,
+) -> WindowCommit:  # fmt: skip
     """Make the data files matching `selection` (a pyiceberg row filter) exactly `wanted` ({path: (rows, bytes)}),
-    in one snapshot with `properties` in its summary, or in none when they already are (any table of the lake)."""
+    in one snapshot with `properties` in its summary, or in none when they already are (any table of the lake).
+
+    With `empty_once` = (summary key, value) and nothing wanted, a snapshot that changes no file is committed
+    unless one whose summary has that value exists (a window without changes still gets its snapshot)."""
     started = time.monotonic()
     wanted = {absolute(path): size for path, size in wanted.items()}
 
@@ -170,6 +183,8 @@ def replace_files(table: Table, wanted: dict[str, tuple[int, int]], selection: A
         table.refresh()
         held = [task.file for task in table.scan(row_filter=selection).plan_files()] if table.current_snapshot() else []
         if {f.file_path: (f.record_count, f.file_size_in_bytes) for f in held} == wanted:
+            if not wanted and empty_once is not None and not _has_snapshot(table, *empty_once):
+                return _replace(table, [], [], properties, started)
             return WindowCommit(None, 0, 0, time.monotonic() - started)
         return _replace(table, held, sorted(wanted), properties, started)
 
@@ -190,6 +205,10 @@ def _replace(table: Table, held: list[Any], paths: list[str], properties: dict[s
                 snapshot.append_data_file(new)
     current = table.current_snapshot()
     return WindowCommit(current.snapshot_id if current else None, len(data_files), len(held), time.monotonic() - started)
+
+
+def _has_snapshot(table: Table, key: str, value: str) -> bool:
+    return any(snap.summary is not None and snap.summary.additional_properties.get(key) == value for snap in table.snapshots())
 
 
 def _retrying(attempt: Callable[[], WindowCommit]) -> WindowCommit:
@@ -224,13 +243,15 @@ def window_snapshots(table: Table) -> list[dict[str, Any]]:
             "removed_rows": int(summary.get("deleted-records", 0)),
             "total_rows": int(summary.get("total-records", 0)),
             "current": current is not None and snap.snapshot_id == current.snapshot_id,
+            "completeness": record_from_summary(summary),
         })  # fmt: skip
     return rows
 
 
 def land_window(
-    settings: Settings, layout: LakeLayout, *, window_start: datetime, window_end: datetime, files: Sequence[ManifestFile]
-) -> WindowCommit | None:
+    settings: Settings, layout: LakeLayout, *, window_start: datetime, window_end: datetime, files: Sequence[ManifestFile],
+    completeness: Mapping[str, Any] | None = None,
+) -> WindowCommit | None:  # fmt: skip
     """Closing a window with `iceberg_catalog` set: its manifest files committed to the change log (None when off)."""
     if settings.iceberg_catalog == "off":
         return None
@@ -238,7 +259,10 @@ def land_window(
         catalog_properties(settings.iceberg_catalog, metadata_url=settings.metadata_url, warehouse=str(settings.output_root))
     )
     try:
-        done = commit_window(changelog_table(catalog, layout), window_start=window_start, window_end=window_end, files=files)
+        done = commit_window(
+            changelog_table(catalog, layout), window_start=window_start, window_end=window_end, files=files,
+            completeness=completeness,
+        )  # fmt: skip
     finally:
         _dispose(catalog)
     log.info(

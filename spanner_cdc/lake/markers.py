@@ -1,4 +1,4 @@
-"""Closing a window in the lake: the `_windows/` marker naming the window, its files and row counts."""
+"""Closing a window in the lake: the `_windows/` marker naming the window, its files, row counts and completeness record."""
 
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ def write_marker(
     window_end: datetime,
     files: Sequence[ManifestFile],
     check: dict[str, Any],
+    completeness: dict[str, Any],
 ) -> Path | str:
-    """The `_windows/` marker naming the window, its files and row counts: written whole, and last.
+    """The `_windows/` marker naming the window, its files, row counts and completeness record: written whole, and last.
 
     Objects of crashed attempts under the window are removed first, so that once the marker exists the
     window's objects are exactly the ones it lists. A local marker is returned as a Path, a bucket's as its URL.
@@ -46,7 +47,6 @@ def write_marker(
     tables: dict[str, int] = {}
     for f in files:
         tables[f.table_name or ""] = tables.get(f.table_name or "", 0) + f.rows
-    root = layout.location + "/"
     marker = {
         "stream": layout.stream,
         "namespace": layout.namespace,
@@ -58,9 +58,10 @@ def write_marker(
         "bytes": sum(f.bytes for f in files),
         "tables": dict(sorted(tables.items())),
         "transaction_check": check,
+        "completeness": completeness,
         "files": [
             {
-                "path": f.path[len(root) :] if f.path.startswith(root) else f.path,
+                "path": _relative(layout, f.path),
                 "table": f.table_name,
                 "rows": f.rows,
                 "bytes": f.bytes,
@@ -73,3 +74,25 @@ def write_marker(
     }
     storage.write_bytes(location, json.dumps(marker, indent=1, sort_keys=True, default=str).encode())
     return location if layout.is_url else Path(location)
+
+
+def read_marker(location: str | Path) -> dict[str, Any] | None:
+    """A window's marker as written (None when there is none)."""
+    data = storage.read_bytes(location)
+    return None if data is None else dict(json.loads(data))
+
+
+def _relative(layout: LakeLayout, path: str) -> str:
+    root = layout.location + "/"
+    return path[len(root) :] if path.startswith(root) else path
+
+
+def earlier_completeness(layout: LakeLayout, window_start: datetime, window_end: datetime, files: Sequence[ManifestFile]) -> dict[str, Any] | None:
+    """The completeness record of the window's marker if one exists and lists exactly `files` (a close killed after
+    writing it): the re-run keeps it, so the marker and a snapshot the killed close committed carry the same record."""
+    earlier = read_marker(layout.marker_location(window_start, window_end))
+    if not earlier or not earlier.get("completeness"):
+        return None
+    if sorted(f["path"] for f in earlier.get("files", [])) != sorted(_relative(layout, f.path) for f in files):
+        return None
+    return dict(earlier["completeness"])

@@ -1,4 +1,5 @@
-"""The initial snapshot's lake rows (the change log's envelope, one INSERT per row read at T0) and its marker."""
+"""The initial snapshot's lake rows (the change log's envelope, one INSERT per row read at T0) and its marker (the lake side of
+the snapshot extract/snapshot.py runs)."""
 
 from __future__ import annotations
 

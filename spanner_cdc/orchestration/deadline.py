@@ -10,9 +10,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# The DAG file names the callback by this path (Airflow imports it in the triggerer); parsing a DAG file imports
-# this module, so it stays light: the store and the lineage rules are imported when a deadline is missed.
-DEFAULT_CALLBACK = "spanner_cdc.orchestration.deadline.window_missed"
+# The DAG file names window_missed by its path (names.DEADLINE_CALLBACK); Airflow imports this module when it
+# parses the DAG file, so it stays light: the store and the lineage rules are imported when a deadline is missed.
 BACKFILL_RUN_TYPE = "backfill"
 
 

@@ -139,9 +139,12 @@ ASSET_EXTRA_KEYS = ("stream", "namespace", "window_start", "window_end", "tokens
 
 
 def asset_extra(summary: dict[str, Any]) -> dict[str, Any]:
-    """What a downstream DAG triggered by the landed-window asset needs: the bounds, counts and the marker."""
+    """What a downstream DAG triggered by the landed-window asset needs: the bounds, counts, the marker and the
+    window's completeness record."""
     extra = {key: summary[key] for key in ASSET_EXTRA_KEYS if key in summary}
     check = summary.get("transaction_check") or {}
     if "transactions" in check:
         extra["transactions"] = check["transactions"]
+    if summary.get("completeness"):
+        extra["completeness"] = summary["completeness"]  # the record its marker and Iceberg snapshot carry
     return extra

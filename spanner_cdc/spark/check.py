@@ -1,21 +1,24 @@
-"""The window's transaction check as Spark aggregations, for windows too large for the driver: only counts and a few examples reach it."""
+"""The window's transaction check as Spark aggregations, for windows too large for the driver: only counts and a few examples reach it
+(the same check as lake/check.py's in the driver, with the same result)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from spanner_cdc.lake import storage
-from spanner_cdc.lake.check import CHECKED, MAX_LISTED, empty_check, read_checked
+from spanner_cdc.lake.check import CHECKED, MAX_LISTED, empty_check, iso_timestamp, read_checked
 from spanner_cdc.lake.columns import LAKE_SCHEMA, spark_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["MAX_LISTED", "read_checked_columns", "transaction_check"]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _lake_frame(spark: SparkSession, paths: Sequence[str]) -> Any:
@@ -52,6 +55,9 @@ def transaction_check(spark: SparkSession, paths: Sequence[str], *, window_start
         F.count(F.lit(1)).alias("all_rows"),
         F.sum(F.when(inside, 1).otherwise(0)).alias("rows"),
         F.countDistinct(F.when(inside, F.col("uuid"))).alias("distinct_uuids"),
+        # as microseconds: a collected timestamp would come back naive, in the session's time zone
+        F.min(F.when(inside, F.unix_micros("commit_timestamp"))).alias("first_micros"),
+        F.max(F.when(inside, F.unix_micros("commit_timestamp"))).alias("last_micros"),
     ).collect()[0]
     per_transaction = (
         frame.where(inside)
@@ -90,4 +96,10 @@ def transaction_check(spark: SparkSession, paths: Sequence[str], *, window_start
         "duplicate_rows": duplicates,
         "outside_window_rows": int(totals["all_rows"] or 0) - rows,
         "examples": examples,
+        "first_commit_timestamp": _from_micros(totals["first_micros"]),
+        "last_commit_timestamp": _from_micros(totals["last_micros"]),
     }
+
+
+def _from_micros(micros: int | None) -> str | None:
+    return None if micros is None else iso_timestamp(EPOCH + timedelta(microseconds=int(micros)))

@@ -8,7 +8,8 @@ Two costs dominate a short extract's wall time and have nothing to do with its d
 - The driver JVM loads and verifies ~10,000 classes from Spark's jars at every start. A class archive (the JVM's
   application class data sharing) lets later JVMs map them instead. Writing one costs a JVM tens of seconds at its
   exit, so no run waits for it: the first driver started without one starts a writer in the background
-  (`python -m spanner_cdc.spark.fast_start`: a driver of its own, a tiny job, the archive written as its JVM exits),
+  (`python -m spanner_cdc.spark.archive_writer`: a driver of its own, a tiny job, the archive written as its JVM
+  exits),
   and the drivers started after it has finished use the archive.
 
 Both are caches under SPANNER_CDC_SPARK_CACHE (default `$XDG_CACHE_HOME/spanner-cdc` or `~/.cache/spanner-cdc`;
@@ -23,8 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,7 @@ OFF = "off"
 # where `--json` output is: the archive is an optimisation, its absence is never worth a line
 QUIET = "-Xlog:cds*=off"
 HOME_PREFIX = "spark-home-"
+WRITER_MODULE = "spanner_cdc.spark.archive_writer"  # the background writer of a class archive
 WRITE_TRIES = 3  # writers that ended without an archive before it is given up for this JVM and Spark
 DUMP_WAIT_S = 600.0  # the writer's JVM writes ~150 MiB at exit: seconds idle, a minute on a busy machine
 
@@ -174,7 +175,7 @@ class ClassArchive:
         logfile = self.path.with_suffix(".log")
         with logfile.open("ab") as out:
             writer = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(self.path)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                [sys.executable, "-m", WRITER_MODULE, str(self.path)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 env=env, start_new_session=True,
             )  # fmt: skip
         log.info("spark: writing a class archive for faster driver starts in the background (pid %s, once)", writer.pid)
@@ -193,20 +194,21 @@ class ClassArchive:
                 for stale in (other, other.with_suffix(".log"), other.with_suffix(".failures")):
                     stale.unlink(missing_ok=True)
 
-    def write(self) -> bool:
-        """The writer: a driver of its own whose JVM records the classes it loads and writes them at its exit."""
+    def write(self, run_a_driver: Callable[[str], int | None]) -> bool:
+        """The writer: a driver of its own (`run_a_driver`, given the JVM's options, returns its JVM's exit code) whose
+        JVM records the classes it loads and writes them at its exit."""
         try:
             fd = os.open(self._lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             if self._holder() is not None:
                 return False
             self._lock.unlink(missing_ok=True)  # a dead writer's
-            return self.write()
+            return self.write(run_a_driver)
         with os.fdopen(fd, "w") as lock:
             lock.write(str(os.getpid()))
         writing = self.path.with_name(f"{self.path.name}.{os.getpid()}")
         try:
-            code = _run_a_driver(f"-XX:ArchiveClassesAtExit={writing} {QUIET}")
+            code = run_a_driver(f"-XX:ArchiveClassesAtExit={writing} {QUIET}")
             if code == 0 and writing.exists():
                 os.replace(writing, self.path)
                 self.prune_others()
@@ -216,34 +218,6 @@ class ClassArchive:
         finally:
             writing.unlink(missing_ok=True)
             self._lock.unlink(missing_ok=True)
-
-
-def _run_a_driver(java_options: str) -> int | None:
-    """A local driver that loads what an extract's driver loads (a wave job's RDD of Python tasks, SQL, Python data
-    sources and workers, Parquet), then its JVM's exit code: the JVM ends when this process closes its stdin."""
-    from pyspark import SparkContext
-
-    from spanner_cdc.spark.session import (
-        classic_builder,
-        ensure_source_registered,
-        start_driver,
-        workers_run_this_python,
-    )
-
-    workers_run_this_python()
-    builder = classic_builder("local[1]", "spanner-cdc-class-archive", java_options)
-    spark = start_driver(builder, "local[1]")
-    jvm: subprocess.Popen[bytes] = SparkContext._gateway.proc  # type: ignore[attr-defined,union-attr]
-    ensure_source_registered(spark)
-    spark.sparkContext.parallelize(range(2), 2).mapPartitions(lambda numbers: ({"n": n} for n in numbers)).collect()
-    with tempfile.TemporaryDirectory(prefix="spanner-cdc-archive-") as tmp:
-        frame = spark.range(100).selectExpr("id", "CAST(id AS STRING) AS text", "current_timestamp() AS at")
-        frame.mapInArrow(lambda batches: batches, frame.schema).write.parquet(f"{tmp}/t")
-        spark.read.parquet(f"{tmp}/t").groupBy("text").count().collect()
-    spark.stop()
-    assert jvm.stdin is not None
-    jvm.stdin.close()
-    return jvm.wait(timeout=DUMP_WAIT_S)
 
 
 @dataclass
@@ -280,17 +254,3 @@ class FastStart:
                 self.archive.start_writer(self.home)
             except OSError as exc:
                 log.debug("spark: no class archive writer (%s)", exc)
-
-
-def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    archive, began = ClassArchive(Path(argv[0])), time.monotonic()
-    written = archive.write()
-    log.info(
-        "class archive %s: %s in %.1fs", archive.path, "written" if written else "not written", time.monotonic() - began
-    )
-    return 0 if written else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from spanner_cdc import names
 from spanner_cdc.errors import ConfigError, SparkStartError
 from spanner_cdc.masking import mask_spark_master
-from spanner_cdc.spark import fast_start
+from spanner_cdc.spark import fast_start, registry
 from spanner_cdc.spark.fast_start import FastStart
 
 if TYPE_CHECKING:
@@ -112,7 +112,6 @@ def classic_conf(master: str, java_options: str = "") -> dict[str, str]:
 _lock = threading.Lock()  # the dicts below
 _creating = threading.Lock()  # held while a session is created
 _sessions: dict[str, SparkSession] = {}
-_registered: set[int] = set()
 _starting: dict[str, tuple[Future[SparkSession], _Held]] = {}
 
 
@@ -428,13 +427,7 @@ def ensure_source_registered(session: SparkSession) -> None:
     from spanner_cdc.spark.snapshot_job import SpannerSnapshotDataSource
     from spanner_cdc.spark.state_job import StateDataSource
 
-    with _lock:
-        if id(session) in _registered:
-            return
-        session.dataSource.register(SpannerChangeStreamDataSource)
-        session.dataSource.register(SpannerSnapshotDataSource)
-        session.dataSource.register(StateDataSource)
-        _registered.add(id(session))
+    registry.register(session, SpannerChangeStreamDataSource, SpannerSnapshotDataSource, StateDataSource)
 
 
 def stop_sessions() -> None:
@@ -447,7 +440,7 @@ def stop_sessions() -> None:
         _starting.clear()
         stopping = list(_sessions.items())
         _sessions.clear()
-        _registered.clear()
+    registry.forget()
     for master, session in stopping:
         try:
             session.stop()

@@ -21,6 +21,7 @@ from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.snapshot import SnapshotContext, snapshot_batch
 from spanner_cdc.model.records import ColumnType
 from spanner_cdc.source.snapshot_tables import plain, type_json
+from spanner_cdc.spark import registry
 from spanner_cdc.spark.datasource import FILES_DDL
 from spanner_cdc.spark.executor import TableFiles, _database
 
@@ -143,9 +144,7 @@ class SpannerSnapshotDataSource(DataSource):
 
 def run_snapshot_job(spark: SparkSession, spec: SnapshotJobSpec) -> list[dict[str, Any]]:
     """Driver side: one Spark job, a task per partition; only the files' listing comes back."""
-    from spanner_cdc.spark.session import ensure_source_registered
-
-    ensure_source_registered(spark)
+    registry.register(spark, SpannerSnapshotDataSource)
     frame = spark.read.format(SNAPSHOT_SOURCE).schema(FILES_DDL).options(**spec.options()).load()
     try:
         return [row.asDict() for row in frame.collect()]

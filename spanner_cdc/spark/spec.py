@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from spanner_cdc.errors import ConfigError
 from spanner_cdc.lake.envelope import DEFAULT_MAX_ROWS
 from spanner_cdc.lake.storage import join
 from spanner_cdc.spark.control_file import CONTROL_NAME
 
 DATA_DIR = "data"
-WRITER_ENV = "SPANNER_CDC_LAKE_WRITER"
-# arrow: executors write the Parquet files with pyarrow (one pass, the default: measured faster);
-# spark: executors hand the lake batches to Spark's Parquet writer (DataFrameWriter.partitionBy)
-WRITERS = ("arrow", "spark")
-
-
-def lake_writer() -> str:
-    value = os.environ.get(WRITER_ENV, "arrow").strip().lower() or "arrow"
-    if value not in WRITERS:
-        raise ConfigError(WRITER_ENV, value, "one of " + ", ".join(WRITERS))
-    return value
+# Settings.lake_writer, carried in each spec: arrow, executors write the Parquet files with pyarrow (one pass, the
+# default: measured faster); spark, executors hand the lake batches to Spark's Parquet writer (partitionBy)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from spanner_cdc.errors import ExtractError
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import TIMESTAMP
 from spanner_cdc.lake.current_state import CHANGE_COLUMNS, TableState, apply_changes
+from spanner_cdc.spark import registry
 from spanner_cdc.spark.datasource import FILES_DDL
 from spanner_cdc.spark.executor import FILES_SCHEMA
 
@@ -107,9 +108,7 @@ class StateDataSource(DataSource):
 
 def run_state_job(spark: SparkSession, tasks: list[StateTask]) -> list[dict[str, Any]]:
     """Driver side: a task per table; only the listing of the written states comes back."""
-    from spanner_cdc.spark.session import ensure_source_registered
-
-    ensure_source_registered(spark)
+    registry.register(spark, StateDataSource)
     payload = json.dumps([{**t.__dict__, "start": t.start.isoformat(), "end": t.end.isoformat()} for t in tasks])
     try:
         return [row.asDict() for row in spark.read.format(STATE_SOURCE).schema(FILES_DDL).option("tasks", payload).load().collect()]

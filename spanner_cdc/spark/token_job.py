@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from spanner_cdc.errors import ExtractError, NotFound, RetentionError, SourceError, SpannerCdcError
 from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
 from spanner_cdc.names import short_token
-from spanner_cdc.settings import env_int
+from spanner_cdc.settings import Settings
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.datasource import FILES_DDL, SOURCE_NAME
 from spanner_cdc.spark.spec import TokenJobSpec
@@ -82,29 +82,18 @@ class TokenOutcome:
     error: Exception | None = None
 
 
-# Tokens one task of a wave job lands (up to task_threads() at once): Spark's cost per task (scheduling, a round
-# trip to a Python worker, the JVM's side of it) is far more than a small token's own work (~6 ms of CPU). At 1,000
-# small partitions, 16 a task rather than 4 cut the driver JVM's CPU 12.7 -> 9.1 s. A task's memory stays that of one
-# token (its tokens share one write buffer); 1 gives a task per token.
-TASK_TOKENS_ENV = "SPANNER_CDC_TASK_TOKENS"
-TASK_TOKENS = 16
+# Settings.task_tokens, the tokens one task of a wave job lands (up to Settings.task_threads at once): Spark's cost
+# per task (scheduling, a round trip to a Python worker, the JVM's side of it) is far more than a small token's own
+# work (~6 ms of CPU). At 1,000 small partitions, 16 a task rather than 4 cut the driver JVM's CPU 12.7 -> 9.1 s. A
+# task's memory stays that of one token (its tokens share one write buffer); 1 gives a task per token.
+# Settings.task_threads, how many of a task's tokens it lands at once (threads in the task's Python worker): a small
+# token mostly waits on its query and on its files' flush to disk, and those waits overlap. 1: one after another.
+# Both travel to the executors in the job's WaveTasks.
 
 
-def task_tokens() -> int:
-    return env_int(TASK_TOKENS_ENV, TASK_TOKENS, 1, 1000)
-
-
-# How many of a task's tokens it lands at once (threads in the task's Python worker): a small token mostly waits
-# on its query and on its files' flush to disk, and those waits overlap. 1 lands them one after another.
-TASK_THREADS_ENV = "SPANNER_CDC_TASK_THREADS"
-TASK_THREADS = 4
-
-
-def task_threads() -> int:
-    return env_int(TASK_THREADS_ENV, TASK_THREADS, 1, 64)
-
-
-def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[TokenOutcome]:
+def run_wave_job(
+    spark: SparkSession, specs: Sequence[TokenJobSpec], task_tokens: int = Settings.task_tokens, task_threads: int = Settings.task_threads
+) -> list[TokenOutcome]:
     """Driver side: one Spark job lands many tokens (arrow writer), a task per few tokens (`spark/wave_task.py`).
 
     Per-job costs (scheduling, a round trip to a Connect server) are paid once for the wave. Each token's control
@@ -115,7 +104,7 @@ def run_wave_job(spark: SparkSession, specs: Sequence[TokenJobSpec]) -> list[Tok
     listings: dict[str, list[dict[str, Any]]] = {spec.token: [] for spec in specs}
     summaries: dict[str, ControlSummary] = {}
     try:
-        for listing in _wave_rows(spark, WaveTasks(specs, task_tokens(), task_threads())):
+        for listing in _wave_rows(spark, WaveTasks(specs, task_tokens, task_threads)):
             token, control = listing.pop("token"), listing.pop("control")
             if control is None:
                 listings[token].append(listing)

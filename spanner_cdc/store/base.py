@@ -14,7 +14,7 @@ from spanner_cdc.store.database import Database
 from spanner_cdc.store.models import Lineage, ManifestFile, PartitionRow, WindowRow
 from spanner_cdc.times import utc, utc_or_none
 
-LINEAGE_COLUMNS = "id, stream, namespace, database, created_at"
+LINEAGE_COLUMNS = "id, stream, namespace, database, created_at, retention_period_s"
 PARTITION_COLUMNS = """
 SELECT p.lineage_id, p.token, p.partition_start, p.partition_end, p.state, p.watermark,
        p.created_at, p.ready_at, p.scheduled_at, p.running_at, p.finished_at,
@@ -33,7 +33,7 @@ MANIFEST_COLUMNS = "path, token, range_start, range_end, window_start, window_en
 
 
 def lineage_from(row: Row[Any]) -> Lineage:
-    return Lineage(row.id, row.stream, row.namespace, row.database, utc(row.created_at))
+    return Lineage(row.id, row.stream, row.namespace, row.database, utc(row.created_at), row.retention_period_s)
 
 
 def partition_from(

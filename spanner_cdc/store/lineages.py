@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -44,6 +44,9 @@ READY_TOKENS = sa.text(
     ORDER BY p.read_from, p.token
     """
 )
+RECORD_RETENTION = sa.text(
+    "UPDATE cdc_lineages SET retention_period_s = :seconds WHERE id = :id AND retention_period_s IS DISTINCT FROM :seconds"
+)
 LOW_WATERMARK = sa.text(
     "SELECT min(coalesce(watermark, partition_start - interval '1 microsecond')) FROM cdc_partitions "
     "WHERE lineage_id = :lineage_id AND state <> 'FINISHED'"
@@ -70,10 +73,17 @@ class LineageQueries(StoreBase):
                     sa.text("UPDATE cdc_lineages SET database = :database WHERE id = :id"),
                     {"database": database, "id": lineage.id},
                 )
-                lineage = Lineage(lineage.id, lineage.stream, lineage.namespace, database, lineage.created_at)
+                lineage = Lineage(lineage.id, lineage.stream, lineage.namespace, database, lineage.created_at, lineage.retention_period_s)
             return lineage
 
         return self._db.transaction(body)
+
+    def record_retention(self, lineage_id: int, retention: timedelta) -> None:
+        """Keep the stream's retention_period (as a plan read it) with the lineage: the UI's headroom is measured against it."""
+        seconds = int(retention.total_seconds())
+        if seconds <= 0:
+            raise ValueError(f"a retention period must be positive, not {retention}")
+        self._db.transaction(lambda conn: conn.execute(RECORD_RETENTION, {"id": lineage_id, "seconds": seconds}))
 
     def get_lineage(self, stream: str, namespace: str) -> Lineage:
         def body(conn: Connection) -> Lineage | list[Lineage]:

@@ -38,6 +38,10 @@ OPEN_WINDOW = sa.text(
     "INSERT INTO cdc_windows (lineage_id, window_start, window_end, state) VALUES (:lineage_id, :start, :end, 'OPEN') "
     "ON CONFLICT (lineage_id, window_start, window_end) DO NOTHING"
 )
+RECORD_FAILED_CHECK = sa.text(
+    "UPDATE cdc_windows SET transaction_check = CAST(:check AS jsonb) "
+    "WHERE lineage_id = :lineage_id AND window_start = :start AND window_end = :end AND state = 'OPEN'"
+)
 CLOSE_WINDOW = sa.text(
     f"""
     INSERT INTO cdc_windows (lineage_id, window_start, window_end, state, records, files, transaction_check,
@@ -127,6 +131,13 @@ class WindowQueries(StoreBase):
             return window_from(conn.execute(SELECT_WINDOW, params).one())
 
         return self._db.transaction(body)
+
+    def record_failed_check(self, lineage_id: int, start: datetime, end: datetime, check: Mapping[str, Any]) -> None:
+        """Keep a failed transaction check on the OPEN window (the UI, /metrics and the alert rules show it); a later
+        close that passes replaces it."""
+        _check_bounds(start, end)
+        params = {"lineage_id": lineage_id, "start": start, "end": end, "check": json.dumps(check, sort_keys=True, default=str)}
+        self._db.transaction(lambda conn: conn.execute(RECORD_FAILED_CHECK, params))
 
     def close_window(
         self,

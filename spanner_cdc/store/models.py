@@ -27,6 +27,8 @@ class Lineage:
     namespace: str
     database: str
     created_at: datetime
+    # the stream's retention_period as the lineage's last plan read it (None until then)
+    retention_period_s: int | None = None
 
     @property
     def name(self) -> str:

@@ -72,7 +72,9 @@ def connect() -> StoreTarget:
 
     settings = apply_connections(load_settings({}), metadata=_metadata_connection())
     names = {name: config.change_stream for name, config in load_streams(settings).items()}
-    return StoreTarget(url=settings.metadata_url, open=lambda: open_store(settings), stream_names=names)
+    return StoreTarget(
+        url=settings.metadata_url, open=lambda: open_store(settings), stream_names=names, headroom_warning=settings.headroom_warning
+    )
 
 
 def build_app() -> FastAPI:

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 
 from spanner_cdc.errors import NotFound, SpannerCdcError, StoreError
 from spanner_cdc.ui import links, metrics, pages
-from spanner_cdc.ui.health import lag_seconds, parent_map, splits_and_merges, stuck
+from spanner_cdc.ui.health import freshness_seconds, headroom, lag_seconds, parent_map, splits_and_merges, stuck
 from spanner_cdc.ui.secrets import Redactor
 from spanner_cdc.ui.view import StoreLike, StreamView, load_lineages, load_stream
 
@@ -38,8 +38,9 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def stream_json(view: StreamView, now: datetime) -> dict[str, Any]:
-    """The document behind a stream page: lineage, partitions with lag, windows, graph edges, stuck list."""
+def stream_json(view: StreamView, now: datetime, headroom_warning: float = metrics.DEFAULT_HEADROOM_WARNING) -> dict[str, Any]:
+    """The document behind a stream page: lineage, partitions with lag, windows, graph edges, stuck list,
+    freshness and retention headroom."""
     splits, merges = splits_and_merges(view)
     parents = parent_map(view)
     partitions = []
@@ -62,6 +63,8 @@ def stream_json(view: StreamView, now: datetime) -> dict[str, Any]:
         "windows": windows,
         "moves": [{"source": s, "destination": d, "at": at.isoformat()} for s, d, at in view.moves],
         "stuck": _jsonable(stuck(view, now)),
+        "freshness_seconds": freshness_seconds(view, now),
+        "retention_headroom": _jsonable(headroom(view, now, headroom_warning)),
         "generated_at": now.isoformat(),
     }
 
@@ -73,6 +76,8 @@ class StoreTarget:
     url: str | None
     open: Callable[[], StoreLike]
     stream_names: Mapping[str, str] = field(default_factory=dict)
+    # Settings.headroom_warning: the share of retention under which the headroom warns
+    headroom_warning: float = metrics.DEFAULT_HEADROOM_WARNING
 
 
 class _StoreHolder:
@@ -83,6 +88,7 @@ class _StoreHolder:
         self._redactor = redactor
         self._store: StoreLike | None = None
         self.stream_names: Mapping[str, str] = {}
+        self.headroom_warning = metrics.DEFAULT_HEADROOM_WARNING
         self._lock = threading.Lock()
 
     def get(self) -> StoreLike:
@@ -91,6 +97,7 @@ class _StoreHolder:
                 target = self._connect()
                 self._redactor.add(target.url)
                 self.stream_names = target.stream_names
+                self.headroom_warning = target.headroom_warning
                 self._store = target.open()
             return self._store
 
@@ -181,7 +188,8 @@ def _add_pages(app: FastAPI, holder: _StoreHolder, redactor: Redactor, clock: Ca
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request) -> str:
-        return pages.render_index(_base(request), _all_views(holder), redactor.label, clock())
+        views = _all_views(holder)
+        return pages.render_index(_base(request), views, redactor.label, clock(), holder.headroom_warning)
 
     @app.get("/streams/{stream}", response_class=HTMLResponse)
     def stream_page(
@@ -204,7 +212,9 @@ def _add_pages(app: FastAPI, holder: _StoreHolder, redactor: Redactor, clock: Ca
             page, frontier_page, stuck_page, windows_page, q.strip(), state.strip().upper(),
             frozenset(at if at.tzinfo else at.replace(tzinfo=UTC) for at in expand or ()),
         )  # fmt: skip
-        return pages.render_stream(_base(request), view, stuck(view, now), namespaces, redactor.label, now, query)
+        return pages.render_stream(
+            _base(request), view, stuck(view, now), namespaces, redactor.label, now, query, holder.headroom_warning
+        )
 
     @app.get("/dags/{dag_id}")
     def dag_link(request: Request, dag_id: str, run_id: str | None = None) -> Response:
@@ -228,8 +238,11 @@ def _add_api(app: FastAPI, holder: _StoreHolder, clock: Callable[[], datetime]) 
 
     @app.get("/api/streams/{stream}")
     def api_stream(stream: str, namespace: str = "live") -> dict[str, Any]:
-        return stream_json(load_stream(holder.get(), stream, namespace), clock())
+        view = load_stream(holder.get(), stream, namespace)
+        return stream_json(view, clock(), holder.headroom_warning)
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics_text() -> Response:
-        return PlainTextResponse(metrics.render_metrics(_all_views(holder), clock()), media_type=metrics.CONTENT_TYPE)
+        views = _all_views(holder)
+        text = metrics.render_metrics(views, clock(), holder.headroom_warning)
+        return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)

@@ -1,4 +1,4 @@
-"""Health rules of a lineage: each partition's lag behind the newest window, and which partitions look stuck."""
+"""Health rules of a lineage: each partition's lag behind the newest window, which partitions look stuck, freshness and retention headroom."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
+from spanner_cdc.names import LIVE_NAMESPACE
 from spanner_cdc.ui.view import ONE_MICROSECOND, STATES, PartitionView, StreamView
 
 LEASED_STATES = ("SCHEDULED", "RUNNING")
@@ -48,6 +49,40 @@ def stuck(view: StreamView, now: datetime) -> list[StuckPartition]:
         if p.last_error:
             found.append(StuckPartition(p.token, p.state, f"failing: attempt {p.attempts}: {p.last_error}"))
     return found
+
+
+def freshness_seconds(view: StreamView, now: datetime) -> float | None:
+    """How old the newest complete data is: now - the end of the newest complete window (None before one closes)."""
+    complete = [w.end for w in view.windows if w.complete]
+    return max((now - max(complete)).total_seconds(), 0.0) if complete else None
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """How long the lineage may stay where it is before its oldest unread change leaves the stream's retention.
+
+    `seconds` = retention_period - (now - low watermark): below 0, changes are already gone (the extract refuses
+    the window); `threshold_seconds` is where the UI and the alert rules start to warn."""
+
+    retention_seconds: float
+    seconds: float
+    threshold_seconds: float
+
+    @property
+    def warning(self) -> bool:
+        return self.seconds < self.threshold_seconds
+
+
+def headroom(view: StreamView, now: datetime, warning_share: float) -> Headroom | None:
+    """The lineage's retention headroom (None until a plan recorded the stream's retention, once every partition
+    finished, or for a backfill whose windows are all complete: nothing is left to read)."""
+    retention = view.lineage.retention_period_s
+    if retention is None or view.low_watermark is None:
+        return None
+    if view.lineage.namespace != LIVE_NAMESPACE and view.windows and all(w.complete for w in view.windows):
+        return None
+    left = retention - (now - view.low_watermark).total_seconds()
+    return Headroom(float(retention), left, retention * warning_share)
 
 
 def state_counts(view: StreamView) -> dict[str, int]:

@@ -1,14 +1,16 @@
-"""Prometheus text exposition (format 0.0.4) of every lineage: records landed, partitions by state, lag, windows."""
+"""Prometheus text exposition (format 0.0.4) of every lineage: records landed, partitions by state, lag, windows,
+freshness and retention headroom. The alert rules in `config/prometheus/` and the example dashboard use only these."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
 
-from spanner_cdc.ui.health import state_counts, stuck
+from spanner_cdc.ui.health import freshness_seconds, headroom, state_counts, stuck
 from spanner_cdc.ui.view import StreamView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DEFAULT_HEADROOM_WARNING = 0.5  # Settings.headroom_warning's default
 
 # name -> (type, help); the order here is the order of the exposition.
 FAMILIES: dict[str, tuple[str, str]] = {
@@ -23,6 +25,18 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "spanner_cdc_window_duration_seconds": (
         "gauge",
         "Wall-clock seconds from opening to completing the newest complete window.",
+    ),
+    "spanner_cdc_open_window_age_seconds": ("gauge", "Seconds since the end of the oldest window not complete yet (0: none open)."),
+    "spanner_cdc_failed_window_checks": ("gauge", "Open windows whose last transaction check failed (they are not closed)."),
+    "spanner_cdc_freshness_seconds": ("gauge", "Seconds between now and the end of the newest complete window."),
+    "spanner_cdc_retention_period_seconds": ("gauge", "The change stream's retention_period, as the lineage's last plan read it."),
+    "spanner_cdc_retention_headroom_seconds": (
+        "gauge",
+        "retention_period minus the age of the low watermark: below 0, unread changes have left the stream's retention.",
+    ),
+    "spanner_cdc_retention_headroom_threshold_seconds": (
+        "gauge",
+        "Headroom under which the UI and the alert rules warn (SPANNER_CDC_HEADROOM_WARNING times the retention period).",
     ),
 }
 
@@ -39,7 +53,7 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def render_metrics(views: Iterable[StreamView], now: datetime) -> str:
+def render_metrics(views: Iterable[StreamView], now: datetime, headroom_warning: float = DEFAULT_HEADROOM_WARNING) -> str:
     """One sample per family and lineage (labels stream and namespace); families without samples are omitted."""
     samples: dict[str, list[str]] = {name: [] for name in FAMILIES}
 
@@ -64,6 +78,18 @@ def render_metrics(views: Iterable[StreamView], now: datetime) -> str:
             add("spanner_cdc_last_complete_window_end_timestamp_seconds", last.end.timestamp(), **ids)
             if last.duration_seconds is not None:
                 add("spanner_cdc_window_duration_seconds", last.duration_seconds, **ids)
+        still_open = [w.end for w in view.windows if not w.complete]
+        add("spanner_cdc_open_window_age_seconds", max((now - min(still_open)).total_seconds(), 0.0) if still_open else 0, **ids)
+        add("spanner_cdc_failed_window_checks", sum(1 for w in view.windows if not w.complete and w.check_passed is False), **ids)
+        fresh = freshness_seconds(view, now)
+        if fresh is not None:
+            add("spanner_cdc_freshness_seconds", fresh, **ids)
+        if view.lineage.retention_period_s is not None:
+            add("spanner_cdc_retention_period_seconds", view.lineage.retention_period_s, **ids)
+        room = headroom(view, now, headroom_warning)
+        if room is not None:
+            add("spanner_cdc_retention_headroom_seconds", room.seconds, **ids)
+            add("spanner_cdc_retention_headroom_threshold_seconds", room.threshold_seconds, **ids)
     lines: list[str] = []
     for name, (kind, help_text) in FAMILIES.items():
         if samples[name]:

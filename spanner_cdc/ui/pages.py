@@ -10,7 +10,8 @@ from urllib.parse import quote, urlencode
 
 from spanner_cdc.times import display_time, human_duration
 from spanner_cdc.ui import tables
-from spanner_cdc.ui.health import StuckPartition, state_counts, stuck
+from spanner_cdc.ui.health import StuckPartition, freshness_seconds, headroom, state_counts, stuck
+from spanner_cdc.ui.metrics import DEFAULT_HEADROOM_WARNING
 from spanner_cdc.ui.svg import STATE_COLOURS, legend_svg, render_lineage_svg
 from spanner_cdc.ui.view import StreamView
 
@@ -27,6 +28,9 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px}
 .graph{overflow:auto;border:1px solid #d0d7de;border-radius:8px;padding:6px;background:#fbfcfd}
 .state{padding:1px 6px;border-radius:4px} .ok{color:#1b5e20;font-weight:600} .bad{color:#b71c1c;font-weight:600}
 .error{white-space:pre-wrap;max-width:520px}
+.warning{border:1px solid #e0a100;background:#fff6d6;border-radius:8px;padding:8px 12px;margin:10px 0;max-width:1100px}
+.card.warn{border-color:#e0a100;background:#fff6d6}
+.token{white-space:nowrap} .token-head{display:inline-block;max-width:8ch;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom}
 """
 
 
@@ -45,7 +49,9 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def render_index(base: str, views: Sequence[StreamView], store_label: str, now: datetime) -> str:
+def render_index(
+    base: str, views: Sequence[StreamView], store_label: str, now: datetime, headroom_warning: float = DEFAULT_HEADROOM_WARNING
+) -> str:
     rows = []
     for view in views:
         ln = view.lineage
@@ -53,16 +59,21 @@ def render_index(base: str, views: Sequence[StreamView], store_label: str, now: 
         lag = None if view.low_watermark is None else (now - view.low_watermark).total_seconds()
         complete = sum(1 for w in view.windows if w.complete)
         stuck_count = len({s.token for s in stuck(view, now)})
+        room = headroom(view, now, headroom_warning)
+        room_cell = "—" if room is None else human_duration(max(room.seconds, 0.0))
+        room_class = "num bad" if room is not None and room.warning else "num"
         rows.append(
             f'<tr data-stream="{_e(ln.stream)}" data-namespace="{_e(ln.namespace)}">'
             f'<td><a href="{_e(stream_href(base, ln.stream, ln.namespace))}">{_e(ln.stream)}</a></td>'
             f"<td>{_e(ln.namespace)}</td><td>{_e(ln.database) or '—'}</td><td>{_e(counts)}</td>"
-            f"<td class=num>{human_duration(lag, '—')}</td><td class=num>{complete} / {len(view.windows)}</td>"
+            f"<td class=num>{human_duration(lag, '—')}</td><td class=num>{human_duration(freshness_seconds(view, now), '—')}</td>"
+            f'<td class="{room_class}">{room_cell}</td><td class=num>{complete} / {len(view.windows)}</td>'
             f'<td class="num {"bad" if stuck_count else "ok"}">{stuck_count}</td></tr>'
         )
     table = (
         "<table id=lineages><tr><th>stream</th><th>namespace</th><th>database</th><th>partitions</th>"
-        "<th>low watermark lag</th><th>windows complete</th><th>stuck</th></tr>" + "".join(rows) + "</table>"
+        "<th>low watermark lag</th><th>freshness</th><th>retention headroom</th><th>windows complete</th><th>stuck</th></tr>"
+        + "".join(rows) + "</table>"
         if views
         else "<p>No lineage yet: the first hourly run (or <code>spanner-cdc extract</code>) bootstraps one.</p>"
     )
@@ -74,7 +85,29 @@ def render_index(base: str, views: Sequence[StreamView], store_label: str, now: 
     return _page("Spanner CDC", body)
 
 
-def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime) -> str:
+def headroom_band(view: StreamView, now: datetime, warning_share: float) -> str:
+    """The warning band over a stream's cards when its retention headroom is under the threshold, saying what to do."""
+    room = headroom(view, now, warning_share)
+    if room is None or not room.warning:
+        return ""
+    ln = view.lineage
+    when = (
+        f"in {human_duration(room.seconds)}" if room.seconds > 0
+        else f"already: changes up to {human_duration(-room.seconds)} of the lineage's backlog are gone"
+    )  # fmt: skip
+    return (
+        f'<div class="warning" role="alert" data-warning="headroom"><b>Retention headroom '
+        f"{human_duration(max(room.seconds, 0.0))}</b> (under {human_duration(room.threshold_seconds)}, "
+        f"{warning_share:.0%} of the stream's retention_period of {human_duration(room.retention_seconds)}): "
+        f"the oldest change this lineage has not landed leaves change stream {_e(ln.stream)}'s retention {when}, "
+        "and is then lost for good. Catch up before then: let the hourly DAG run (each run finishes the windows "
+        "left open first) and raise the stream's <code>concurrency</code> or <code>waves</code>; land a range now "
+        "with the <code>spanner_cdc_backfill</code> DAG; or lengthen the stream's retention "
+        f"(<code>ALTER CHANGE STREAM {_e(ln.stream)} SET OPTIONS (retention_period = '7d')</code>).</div>"
+    )
+
+
+def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime, warning_share: float) -> str:
     newest = view.newest_window
     lag = None if view.low_watermark is None else (now - view.low_watermark).total_seconds()
     counts = " · ".join(f"{n} {s.lower()}" for s, n in state_counts(view).items() if n)
@@ -86,9 +119,18 @@ def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime
          f"newest {display_time(newest.start)} → {display_time(newest.end)}" if newest else "no window yet"),
         ("stuck", str(len({s.token for s in stuck_list})), "see the stuck list" if stuck_list else "nothing stuck"),
     ]
+    fresh = freshness_seconds(view, now)
+    cards.append(("freshness", human_duration(fresh, "—"), "since the end of the newest complete window"))
+    room = headroom(view, now, warning_share)
+    retention = view.lineage.retention_period_s
+    cards.append((
+        "retention headroom", "—" if room is None else human_duration(max(room.seconds, 0.0)),
+        "retention not read yet" if retention is None else f"of a {human_duration(float(retention))} retention_period",
+    ))  # fmt: skip
+    warn = {"retention headroom"} if room is not None and room.warning else set()
     return '<div class="cards">' + "".join(
-        f'<div class="card" data-card="{_e(name)}"><span class=muted>{_e(name)}</span><b>{_e(value)}</b>'
-        f"<span class=muted>{_e(detail)}</span></div>"
+        f'<div class="card{" warn" if name in warn else ""}" data-card="{_e(name)}"><span class=muted>{_e(name)}</span>'
+        f"<b>{_e(value)}</b><span class=muted>{_e(detail)}</span></div>"
         for name, value, detail in cards
     ) + "</div>"
 
@@ -142,6 +184,7 @@ def render_stream(
     store_label: str,
     now: datetime,
     query: StreamQuery | None = None,
+    headroom_warning: float = DEFAULT_HEADROOM_WARNING,
 ) -> str:
     """The first screen holds the cards, the open windows, the stuck tokens and the live frontier; the graph by
     time, all windows and all partitions (paged, searchable) follow."""
@@ -166,7 +209,7 @@ def render_stream(
         f'<a href="{_e(api)}">JSON</a> · store <code>{_e(store_label)}</code> · shown at {display_time(now, precise=False)}</p>'
         f"<h1>{_e(ln.stream)} <span class=muted>namespace {_e(ln.namespace)}"
         f"{' · database ' + _e(ln.database) if ln.database else ''}</span></h1>"
-        f"{_cards(view, stuck_list, now)}"
+        f"{headroom_band(view, now, headroom_warning)}{_cards(view, stuck_list, now, headroom_warning)}"
         f'<div class="first-screen"><section><h2>Open windows</h2>{tables.open_windows_table(view)}</section>'
         f"<section><h2>Stuck</h2>{tables.stuck_table(stuck_list, query.stuck_page, href)}</section></div>"
         f"<h2>Live frontier</h2>{tables.frontier_table(view, query.frontier_page, href)}"

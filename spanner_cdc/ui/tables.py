@@ -15,6 +15,11 @@ from spanner_cdc.ui.view import PartitionView, StreamView, WindowView
 T = TypeVar("T")
 FRONTIER_PAGE = 20
 STUCK_PAGE = 10
+STUCK_SHOWN = 3  # stuck rows shown on the first screen; the rest of the page behind a <details>
+# A token is shown as its start and its last TOKEN_TAIL characters (Spanner's tokens share long prefixes and run to
+# over 100 characters): the whole token is the element's text (a copy takes it whole) and its title (hover).
+TOKEN_TAIL = 10
+TOKEN_SHORT = 24
 WINDOWS_PAGE = 24
 PARTITIONS_PAGE = 100
 # href(changes) -> the current page's URL with those query parameters replaced
@@ -23,6 +28,14 @@ Href = Callable[[dict[str, str | None]], str]
 
 def _e(value: object) -> str:
     return escape("" if value is None else str(value))
+
+
+def token_html(token: str) -> str:
+    """A token shortened on screen (CSS only: the head is cut with an ellipsis), whole in the text and on hover."""
+    if len(token) <= TOKEN_SHORT:
+        return f'<span class=token title="{_e(token)}">{_e(token)}</span>'
+    head, tail = token[:-TOKEN_TAIL], token[-TOKEN_TAIL:]
+    return f'<span class=token title="{_e(token)}"><span class=token-head>{_e(head)}</span>{_e(tail)}</span>'
 
 
 def state_badge(state: str) -> str:
@@ -86,11 +99,23 @@ def stuck_table(stuck_list: Sequence[StuckPartition], requested: int, href: Href
     if not stuck_list:
         return "<p id=stuck class=ok>Nothing stuck.</p>"
     page = page_of(stuck_list, requested, STUCK_PAGE)
-    rows = "".join(
-        f"<tr><td class=mono>{_e(s.token)}</td><td>{state_badge(s.state)}</td><td class=error>{_e(s.reason)}</td></tr>"
-        for s in page.slice(stuck_list)
-    )
-    table = f"<table id=stuck><tr><th>token</th><th>state</th><th>why</th></tr>{rows}</table>"
+    shown = list(page.slice(stuck_list))
+
+    def rows(items: Sequence[StuckPartition]) -> str:
+        return "".join(
+            f"<tr data-stuck-token=\"{_e(s.token)}\"><td class=mono>{token_html(s.token)}</td><td>{state_badge(s.state)}</td>"
+            f"<td class=error>{_e(s.reason)}</td></tr>"
+            for s in items
+        )
+
+    head = "<tr><th>token</th><th>state</th><th>why</th></tr>"
+    table = f"<table id=stuck>{head}{rows(shown[:STUCK_SHOWN])}</table>"
+    if len(shown) > STUCK_SHOWN:  # collapsed: the first screen keeps room for the frontier
+        rest = len(shown) - STUCK_SHOWN
+        table += (
+            f"<details id=stuck-more><summary>{rest} more stuck row{'s' if rest != 1 else ''} on this page</summary>"
+            f"<table>{head}{rows(shown[STUCK_SHOWN:])}</table></details>"
+        )
     return table + pager(page, "stuck_page", href, "stuck rows")
 
 
@@ -106,7 +131,7 @@ def frontier_table(view: StreamView, requested: int, href: Href) -> str:
         return "<p id=frontier>No live partition: every partition is finished.</p>"
     page = page_of(rows_all, requested, FRONTIER_PAGE)
     rows = "".join(
-        f'<tr data-token="{_e(p.token)}"><td class=mono>{_e(p.token)}</td><td>{state_badge(p.state)}</td>'
+        f'<tr data-token="{_e(p.token)}"><td class=mono>{token_html(p.token)}</td><td>{state_badge(p.state)}</td>'
         f"<td>{display_time(p.watermark)}</td><td class=num>{human_duration(lag, '—')}</td><td class=num>{p.attempts}</td>"
         f"<td>{_e(_lease(p))}</td></tr>"
         for p, lag in page.slice(rows_all)
@@ -158,10 +183,10 @@ def partitions_table(view: StreamView, requested: int, href: Href, query: str = 
     rows = []
     for p in page.slice(matching):
         rows.append(
-            f'<tr data-token="{_e(p.token)}"><td class=mono>{_e(p.token)}</td><td>{state_badge(p.state)}</td>'
+            f'<tr data-token="{_e(p.token)}"><td class=mono>{token_html(p.token)}</td><td>{state_badge(p.state)}</td>'
             f"<td>{display_time(p.start)}</td><td>{display_time(p.end)}</td><td>{display_time(p.watermark)}</td>"
             f"<td class=num>{human_duration(lag_seconds(p, view), '—')}</td><td class=num>{p.attempts}</td><td>{_e(_lease(p))}</td>"
-            f"<td class=mono>{_e(', '.join(p.parents)) or '—'}</td>"
+            f"<td class=mono>{' '.join(token_html(t) for t in p.parents) or '—'}</td>"
             f"<td class='error'>{_e(p.last_error) or '—'}</td></tr>"
         )
     found = f"<p class=muted>{page.total} partition{'s' if page.total != 1 else ''} match.</p>" if query or state else ""

@@ -18,6 +18,7 @@ class LineageView:
     namespace: str
     database: str | None = None
     created_at: datetime | None = None
+    retention_period_s: int | None = None  # the stream's retention_period as the lineage's last plan read it
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class StoreLike(Protocol):
 def lineage_view(row: Any) -> LineageView:
     """From spanner_cdc.store.Lineage."""
     return LineageView(id=row.id, stream=row.stream, namespace=row.namespace, database=row.database or None,
-                       created_at=row.created_at)
+                       created_at=row.created_at, retention_period_s=getattr(row, "retention_period_s", None))
 
 
 def partition_view(row: Any) -> PartitionView:

@@ -1,5 +1,6 @@
 """The suite's Postgres servers: real, password-protected, reached as a non-superuser role over TCP."""
 
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
@@ -60,3 +61,28 @@ def test_private_postgres_restarts_on_the_same_url(private_postgres: PrivatePost
     with pytest.raises(sa.exc.OperationalError):
         engine.connect()
     private_postgres.start()  # the module's other users get it back
+
+
+def test_a_dev_stack_postgres_knows_who_started_it_and_down_stops_it(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from spanner_cdc.cli.main import main
+    from spanner_cdc.devstack import embedded_pg
+
+    home = Path(str(tmp_path))
+    first = embedded_pg.ensure_running(home / "postgres")
+    try:
+        assert first.started  # this call started it: the demo stops such a one at its end
+        again = embedded_pg.ensure_running(home / "postgres")
+        assert (again.started, again.port) == (False, first.port)  # already running: someone else's to stop
+        assert embedded_pg.running(home / "postgres") == again
+        assert main(["down", "--home", str(home)]) == 0
+        assert f"stopped the embedded Postgres on 127.0.0.1:{first.port}" in capsys.readouterr().out
+        assert embedded_pg.running(home / "postgres") is None
+        assert main(["down", "--home", str(home)]) == 0
+        assert "no embedded Postgres running" in capsys.readouterr().out
+        # started again on the port it had, so URLs an earlier run kept (the demo's state) still reach it
+        restarted = embedded_pg.ensure_running(home / "postgres")
+        assert (restarted.started, restarted.port) == (True, first.port)
+    finally:
+        embedded_pg.EmbeddedPostgres(home / "postgres", 0).stop()

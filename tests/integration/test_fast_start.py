@@ -44,7 +44,7 @@ def test_the_archive_written_in_the_background_is_mapped_by_the_next_driver(tmp_
     # the writer starts a classic driver even in a process marked for Connect (a user's SPARK_REMOTE, or inherited
     # from a process that made a Connect session)
     marked = {**env, "SPARK_CONNECT_MODE_ENABLED": "1", "SPARK_REMOTE": "sc://127.0.0.1:1"}
-    writer = subprocess.run([sys.executable, "-m", fast_start.__name__, str(fast.archive.path)], env=marked,
+    writer = subprocess.run([sys.executable, "-m", fast_start.WRITER_MODULE, str(fast.archive.path)], env=marked,
                             capture_output=True, text=True, timeout=900)  # fmt: skip
     assert writer.returncode == 0, writer.stderr[-3000:]
     assert fast.archive.ready

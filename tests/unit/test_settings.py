@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,9 @@ def test_streams_tables_are_kept_for_the_stream_config(tmp_path: Path) -> None:
         ({"spark_master": "yarn"}, "--spark-master", "sc://host:port"),
         ({"metadata_url": "mysql://x"}, "--metadata-url", "Postgres URL"),
         ({"dialect": "oracle"}, "--dialect", "POSTGRESQL"),
+        ({"headroom_warning": "0"}, "--headroom-warning", "(0, 1]"),
+        ({"headroom_warning": "150%"}, "--headroom-warning", "50%"),
+        ({"headroom_warning": "half"}, "--headroom-warning", "fraction"),
     ],
 )
 def test_bad_values_name_the_field_the_value_and_what_is_accepted(flags: dict, field: str, accepted: str) -> None:
@@ -52,6 +56,12 @@ def test_bad_values_name_the_field_the_value_and_what_is_accepted(flags: dict, f
     assert repr(next(iter(flags.values()))) in message
     assert accepted in message
     assert info.value.exit_code == 2
+
+
+def test_the_headroom_warning_is_a_fraction_or_a_percentage() -> None:
+    assert load_settings({}, env={}).headroom_warning == 0.5
+    assert load_settings({}, env={"SPANNER_CDC_HEADROOM_WARNING": "25%"}).headroom_warning == 0.25
+    assert load_settings({"headroom_warning": "0.8"}, env={}).headroom_warning == 0.8
 
 
 def test_env_values_are_validated_and_named_by_their_variable() -> None:
@@ -157,3 +167,49 @@ def test_a_subprocess_does_not_inherit_pyspark_connect_markers(monkeypatch: pyte
     env = subprocess_env(Settings(spark_master="spark://127.0.0.1:7077"))
     assert "SPARK_CONNECT_MODE_ENABLED" not in env and "SPARK_REMOTE" not in env
     assert env["SPANNER_CDC_SPARK_MASTER"] == "spark://127.0.0.1:7077"
+
+
+# Each tuning knob: its default, a value it takes from the environment (as it did when read deep in extract, spark
+# and lake), and values it refuses, with the variable named and what is accepted.
+TUNING = [
+    ("wave_group_tokens", 256, "1", 1, ("0", "x", "10001"), "an integer in [1, 10000]"),
+    ("task_tokens", 16, "1", 1, ("0", "x", "1001"), "an integer in [1, 1000]"),
+    ("task_threads", 4, "1", 1, ("0", "x", "65"), "an integer in [1, 64]"),
+    ("check_driver_rows", 2_000_000, "0", 0, ("-1", "many", "100000001"), "an integer in [0, 100000000]"),
+    ("lake_writer", "arrow", "Spark", "spark", ("csv",), "one of arrow, spark"),
+    ("liveness", "lock", "lease", "lease", ("heartbeat",), "one of lock, lease"),
+    ("lease_s", 300.0, "2.5", 2.5, ("soon", "0.5", "true"), "a number of seconds >= 1"),
+    ("current_state_keep", 24, "3", 3, ("0", "x"), "an integer in [1, 10000]"),
+]
+
+
+@pytest.mark.parametrize(("name", "default", "text", "value", "bad", "accepted"), TUNING)
+def test_a_tuning_knob_is_a_setting_with_its_environment_name(
+    name: str, default: object, text: str, value: object, bad: tuple[str, ...], accepted: str
+) -> None:
+    from spanner_cdc.settings import TUNING_FIELDS, env_name
+
+    variable = env_name(name)
+    assert name in TUNING_FIELDS and variable == "SPANNER_CDC_" + name.upper()
+    assert getattr(load_settings({}, env={}), name) == default
+    assert getattr(load_settings({}, env={variable: ""}), name) == default  # empty: unset, as before
+    assert getattr(load_settings({}, env={variable: text}), name) == value
+    for wrong in bad:
+        with pytest.raises(ConfigError, match=f"invalid {variable}=.*expected {re.escape(accepted)}"):
+            load_settings({}, env={variable: wrong})
+
+
+def test_the_tuning_knobs_come_from_the_config_file_and_flags_too(tmp_path: Path) -> None:
+    config = tmp_path / "cdc.toml"
+    config.write_text('task_tokens = 2\nliveness = "lease"\n')
+    settings = load_settings({"task_threads": 3}, env={"SPANNER_CDC_CONFIG": str(config), "SPANNER_CDC_TASK_TOKENS": "5"})
+    assert (settings.task_tokens, settings.liveness, settings.task_threads) == (5, "lease", 3)
+    assert load_settings({}, env={"SPANNER_CDC_CONFIG": str(config)}).task_tokens == 2
+
+
+def test_a_subprocess_gets_the_tuning_of_the_settings() -> None:
+    from spanner_cdc.settings import Settings, subprocess_env
+
+    env = subprocess_env(Settings(metadata_url="postgresql://u@h/db", task_tokens=3, lake_writer="spark"))
+    assert (env["SPANNER_CDC_TASK_TOKENS"], env["SPANNER_CDC_LAKE_WRITER"]) == ("3", "spark")
+    assert load_settings({}, env=env).task_tokens == 3

@@ -1,4 +1,5 @@
-"""`spanner-cdc demo` (the whole pipeline on embedded services, with a summary) and `spanner-cdc up` (the Airflow UI)."""
+"""`spanner-cdc demo` (the whole pipeline on embedded services, with a summary), `spanner-cdc up` (the Airflow UI) and
+`spanner-cdc down` (stops the embedded Postgres): the commands of devstack/demo.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Start the embedded Postgres and the local Spanner server (clock in the past, accelerated), "
         "write a few hours of changes with partition splits and merges, run the hourly DAG for each hour "
         "with Airflow, and print what landed against what was written. State lives in .local/demo and is "
-        "replaced on every run.",
+        "replaced on every run. Every process it starts it stops at the end (the embedded Postgres only if it "
+        "was not running before); `spanner-cdc up` starts them again on the demo's data.",
     )
     demo.add_argument("--hours", type=int, default=3, help="hours of stream history, one DAG run each (default 3)")
     demo.add_argument("--transactions", type=int, default=1200, help="transactions the workload writes (default 1200)")
@@ -45,6 +47,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--port", type=int, default=8080, help="port of the UI / API server (default 8080)")
     up.add_argument("--home", help="where the embedded services keep their data (default .local)")
     up.set_defaults(func=run_up)
+
+    down = subparsers.add_parser(
+        "down",
+        help="stop the embedded Postgres (make down)",
+        description="Stop the embedded Postgres under --home if it is running: CLI commands run on a laptop without "
+        "SPANNER_CDC_METADATA_URL start it and leave it running for the next command. Its data is kept.",
+    )
+    down.add_argument("--home", help="where the embedded services keep their data (default .local)")
+    down.set_defaults(func=run_down)
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -78,3 +89,10 @@ def run_up(args: argparse.Namespace) -> int:
     from spanner_cdc.settings import load_settings
 
     return up(load_settings({"home": args.home}), port=args.port)
+
+
+def run_down(args: argparse.Namespace) -> int:
+    from spanner_cdc.devstack.demo import down
+    from spanner_cdc.settings import load_settings
+
+    return down(load_settings({"home": args.home}))

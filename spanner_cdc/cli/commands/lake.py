@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "show",
         help="list the change log table's snapshots with their windows and counts",
         description="List the snapshots of a stream's Iceberg change log (one per closed window, a re-landed "
-        "window's replacement too): when, which window, files and rows added and replaced, rows in the table.",
+        "window's replacement too): when, which window, files and rows added and replaced, rows in the table; "
+        "--json also gives each window's completeness record (the one its marker and asset event carry).",
     )
     show.add_argument("--stream", help="change stream name (default: SPANNER_CDC_STREAM)")
     show.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")

@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _target_flags(status, database=False)
     status.set_defaults(func=_status)
     try:
-        workload = importlib.import_module("spanner_cdc.devstack.workload")
+        workload = importlib.import_module("spanner_cdc.cli.commands._workload")
     except ModuleNotFoundError as exc:
         if exc.name != "spanner_cdc.devstack.workload":
             raise

@@ -1,4 +1,5 @@
-"""`spanner-cdc snapshot`: a lineage's initial snapshot, every watched table read at one timestamp T0, into the lake."""
+"""`spanner-cdc snapshot`: a lineage's initial snapshot, every watched table read at one timestamp T0, into the lake (the
+command of extract/snapshot.py)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from spanner_cdc.model.records import ChangeRecord
 from spanner_cdc.names import POSTGRESQL
 from spanner_cdc.source.decode.fields import RowMapper
 from spanner_cdc.source.decode.googlesql import googlesql_mapper
+from spanner_cdc.source.decode.googlesql_values import wire_mapper
 from spanner_cdc.source.decode.postgresql import postgresql_mapper
-from spanner_cdc.source.decode.wire import wire_mapper
 from spanner_cdc.source.queries import validate_dialect
 
 
@@ -23,7 +23,7 @@ def row_mapper(dialect: str, fields: Sequence[Any], decode_row: Callable[[Any], 
     Rows may also be undecoded (`lazy_decode=True`, lists of protobuf Values): PostgreSQL's JSON text is
     parsed here, once, instead of through the client's JsonObject wrapper (a data change record by msgspec
     straight into typed structs, pg_json.py; other kinds and unusual rows by json, with the checks of fields.py); GoogleSQL's ChangeRecord is read
-    straight from the protobuf values (wire.py) when the metadata has the documented shape, and
+    straight from the protobuf values (googlesql_values.py) when the metadata has the documented shape, and
     otherwise decoded by the client (`decode_row`, the result set's own decode_row)."""
     dialect = validate_dialect(dialect)
     if dialect == POSTGRESQL:

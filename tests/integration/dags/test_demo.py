@@ -14,6 +14,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from spanner_cdc.devstack import embedded_pg
+from spanner_cdc.devstack.demo import LINEAGE_DATABASE
 from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres
 from spanner_cdc.devstack.workload import load_ground_truth
 from spanner_cdc.store import MetadataStore
@@ -32,11 +34,12 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     try:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
         state = json.loads((home / "demo" / "demo.json").read_text()) if (home / "demo" / "demo.json").exists() else {}
-        # Read the store while the demo's Postgres still runs; stop it afterwards (the demo leaves it up for `up`).
-        store_view = _store_view(state["lineage_url"]) if state else {}
+        # the demo stopped the Postgres it started; started again, on the same port, it holds the demo's store
+        left_running = embedded_pg.running(home / "postgres") is not None
+        store_view = _store_view(embedded_pg.ensure_running(home / "postgres").url(LINEAGE_DATABASE)) if state else {}
     finally:
         EmbeddedPostgres(home / "postgres", 0).stop()
-    return {"result": result, "home": home, "state": state, "store": store_view}
+    return {"result": result, "home": home, "state": state, "store": store_view, "left_running": left_running}
 
 
 def _store_view(url: str) -> dict[str, Any]:
@@ -92,3 +95,11 @@ def test_the_demo_ends_with_a_summary_whose_numbers_are_true(demo_run: dict[str,
     assert summary["written"] == sum(1 for row in truth if windows[0][0] <= row.commit_timestamp < windows[-1][1])
     assert summary["written"] == summary["landed"] > 0
     assert summary["missing"] == summary["unexpected"] == summary["duplicate_uuids"] == 0
+
+
+
+def test_the_demo_stops_the_postgres_it_started(demo_run: dict[str, Any]) -> None:
+    assert demo_run["result"].returncode == 0, demo_run["result"].stderr[-3000:]
+    assert demo_run["left_running"] is False
+    # started again (as `make up` does), it listens where the demo's state says and holds its store
+    assert demo_run["state"]["lineage_url"].endswith(f"/{LINEAGE_DATABASE}") and demo_run["store"]["windows"]

@@ -19,11 +19,9 @@ import sqlalchemy as sa
 from spanner_cdc.devstack.object_stores import ObjectStore
 from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.extract.failpoints import FAILPOINT_ENV
-from spanner_cdc.extract.token import LEASE_ENV
 from spanner_cdc.lake import storage
-from spanner_cdc.lake.check import DRIVER_ROWS_ENV
 from spanner_cdc.lake.layout import LakeLayout, published_locations
-from spanner_cdc.settings import subprocess_env
+from spanner_cdc.settings import env_name, subprocess_env
 from spanner_cdc.store import MetadataStore
 from tests.integration.extract.lake_reading import change_of, rows_of
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
@@ -37,14 +35,14 @@ RERUN_LIMIT_S = 150.0  # half the default lease
 def check_env(settings: Any) -> dict[str, str]:
     """The S3 scenarios close their windows with the Spark check (it reads the bucket on the executors), the
     others with the driver's (below its default bound): the default run covers both, and both on a bucket."""
-    return {DRIVER_ROWS_ENV: "0"} if str(settings.output_root).startswith("s3://") else {}
+    return {env_name("check_driver_rows"): "0"} if str(settings.output_root).startswith("s3://") else {}
 
 
 def start_extract(settings: Any, start: datetime, end: datetime, *, lease: str | None = "2", **env: str) -> subprocess.Popen[str]:
     """`spanner-cdc extract --json` of one window in a subprocess; `lease=None` keeps the default 300 s lease."""
     command = [sys.executable, "-m", "spanner_cdc", "extract", "--window-start", start.isoformat(),
                "--window-end", end.isoformat(), "--json"]  # fmt: skip
-    extra = {LEASE_ENV: lease} if lease is not None else {}
+    extra = {env_name("lease_s"): lease} if lease is not None else {}
     return subprocess.Popen(
         command, env=subprocess_env(settings, **check_env(settings), **extra, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -140,7 +138,7 @@ sys.exit(0 if run_window(load_settings(), datetime.fromisoformat(sys.argv[1]), d
 def run_next_window_first(settings: Any, start: datetime, end: datetime) -> None:
     """The window through the pipeline API, which (unlike `spanner-cdc extract`) does not finish an open window before it."""
     command = [sys.executable, "-c", NEXT_WINDOW_FIRST, start.isoformat(), end.isoformat()]
-    env = subprocess_env(settings, **check_env(settings), **{LEASE_ENV: "2"})
+    env = subprocess_env(settings, **check_env(settings), **{env_name("lease_s"): "2"})
     done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
 

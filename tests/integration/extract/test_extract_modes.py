@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -17,7 +18,6 @@ from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.devstack.spark_cluster import StandaloneCluster, spark_home
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.settings import subprocess_env
-from spanner_cdc.spark.spec import WRITER_ENV
 from tests.integration.extract.lake_reading import change_of, published_rows
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
@@ -80,7 +80,7 @@ def test_spark_connect_through_the_cli(
     command = [sys.executable, "-m", "spanner_cdc", "extract", "--window-start", start.isoformat(),
                "--window-end", end.isoformat(), "--json"]  # fmt: skip
     # this run hands the lake rows to Spark's own Parquet writer; the others write with pyarrow on the executor
-    env = subprocess_env(settings, **{WRITER_ENV: "spark"})
+    env = subprocess_env(dataclasses.replace(settings, lake_writer="spark"))
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     check_lake(settings, work, json.loads(done.stdout))

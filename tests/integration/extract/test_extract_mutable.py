@@ -4,6 +4,7 @@ and a key whose range moved inside a window has its changes in commit order by t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 from collections import Counter, defaultdict
@@ -15,7 +16,6 @@ import sqlalchemy as sa
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.extract.failpoints import FAILPOINT_ENV
-from spanner_cdc.extract.token import LEASE_ENV
 from spanner_cdc.extract.window import run_window
 from spanner_cdc.source import client
 from spanner_cdc.store import MetadataStore
@@ -106,7 +106,7 @@ def test_two_windows_with_moves_and_a_crash_land_exactly(
     # the first window's run dies after publishing a token's files, before committing them; a rerun (in this
     # process, with the same short lease so it takes the dead run's token over) finishes it
     assert extract(settings, bounds[0], bounds[1], lease="2", **{FAILPOINT_ENV: "after_publish:1"}) == -signal.SIGKILL
-    monkeypatch.setenv(LEASE_ENV, "2")
+    settings = dataclasses.replace(settings, lease_s=2.0)
     opened: list[Any] = []
     monkeypatch.setattr(client, "open_database", lambda s, real=client.open_database: opened.append(s) or real(s))
     for start, end in zip(bounds, bounds[1:], strict=False):

@@ -123,10 +123,44 @@ def test_three_windows_land_every_committed_change_exactly_once(
 
     assert max(s.waves for s in summaries) >= 2  # children born in a window were read in the same run
     assert_landed_exactly(settings, bounds, truth, summaries, store, pg_url)
-    assert_iceberg_equals_truth(settings, bounds, truth, capsys)
+    shown = assert_iceberg_equals_truth(settings, bounds, truth, capsys)
+    assert_one_completeness_record_everywhere(settings, bounds, truth, summaries, shown)
 
 
-def assert_iceberg_equals_truth(settings: Any, bounds: list[datetime], truth: list[workload.GroundTruthRow], capsys: Any) -> None:
+def assert_one_completeness_record_everywhere(
+    settings: Any, bounds: list[datetime], truth: list[workload.GroundTruthRow], summaries: list[Any], shown: list[dict[str, Any]],
+) -> None:  # fmt: skip
+    """Each window's completeness record is the same in its marker, its Iceberg snapshot's summary (whole and field by
+    field), `lake show --json`, the asset event's extra the DAG's close builds, and the extract's summary; and it is true."""
+    from spanner_cdc.lake import iceberg
+    from spanner_cdc.lake.completeness import FIELDS, record_from_summary
+    from spanner_cdc.orchestration.hourly import asset_extra, summary_dict
+
+    props = iceberg.catalog_properties("store", metadata_url=settings.metadata_url, warehouse=str(settings.output_root))
+    table = iceberg.changelog_table(iceberg.open_catalog(props), LakeLayout(settings.output_root, STREAM, settings.namespace))
+    summaries_by_id = {snap.snapshot_id: snap.summary.additional_properties for snap in table.snapshots() if snap.summary}
+    for summary, snapshot, (start, end) in zip(summaries, shown, zip(bounds, bounds[1:], strict=False), strict=True):
+        record = summary.completeness
+        assert record is not None and tuple(record) == FIELDS
+        assert json.loads(Path(summary.marker_path).read_text())["completeness"] == record
+        properties = summaries_by_id[snapshot["snapshot_id"]]
+        assert record_from_summary(properties) == record and snapshot["completeness"] == record
+        assert properties["spanner-cdc.rows"] == str(record["rows"]) and properties["spanner-cdc.window-end"] == record["window_end"]
+        assert asset_extra(summary_dict(summary))["completeness"] == record
+        # and what it says is so: the window's changes, its transactions (one commit timestamp each) and commit range,
+        # a watermark past its end
+        in_window = [r for r in truth if start <= r.commit_timestamp < end]
+        assert (record["window_start"], record["window_end"], record["namespace"]) == (start.isoformat(), end.isoformat(), settings.namespace)
+        assert (record["rows"], record["transactions"]) == (len(in_window), len({r.commit_timestamp for r in in_window}))
+        assert datetime.fromisoformat(record["first_commit_timestamp"]) == min(r.commit_timestamp for r in in_window)
+        assert datetime.fromisoformat(record["last_commit_timestamp"]) == max(r.commit_timestamp for r in in_window)
+        assert datetime.fromisoformat(record["low_watermark"]) >= end - timedelta(microseconds=1)
+        assert record["transaction_check"] == "passed"
+
+
+def assert_iceberg_equals_truth(
+    settings: Any, bounds: list[datetime], truth: list[workload.GroundTruthRow], capsys: Any
+) -> list[dict[str, Any]]:
     """The change log through pyiceberg (whole, and as of each window's snapshot) and through pyarrow's hive
     discovery of the plain files: each equals the workload's ground truth; `lake show` lists one snapshot per window."""
     import pyarrow.dataset as ds
@@ -147,6 +181,7 @@ def assert_iceberg_equals_truth(settings: Any, bounds: list[datetime], truth: li
         rows = table.scan(snapshot_id=snapshot["snapshot_id"]).to_arrow().to_pylist()
         assert Counter(map(lake_key, rows)) == Counter(truth_key(r) for r in truth if r.commit_timestamp < end)
         assert snapshot["total_rows"] == len(rows)
+    return list(shown)
 
 
 def test_windows_left_open_are_finished_before_later_ones(

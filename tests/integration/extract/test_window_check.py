@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.lake.check import driver_transaction_check
+from spanner_cdc.lake.check import driver_transaction_check, iso_timestamp
 from spanner_cdc.lake.publish import staged_files
 from spanner_cdc.spark import check as spark_check
 from tests.unit.lake.records import T0, data_record
@@ -66,4 +66,8 @@ def test_spark_and_the_driver_agree(spark: Any, tmp_path: Path) -> None:
     found = paths(tmp_path / "d")
     by_spark = spark_check.transaction_check(spark, found, window_start=T0, window_end=E)
     assert by_spark["mismatched"] and by_spark["duplicate_rows"] == 5 and by_spark["outside_window_rows"] == 1
+    # the commit timestamp range of the rows inside the window (not the one of the earlier window's row)
+    assert (by_spark["first_commit_timestamp"], by_spark["last_commit_timestamp"]) == (
+        iso_timestamp(T0), iso_timestamp(T0 + timedelta(microseconds=59)),
+    )  # fmt: skip
     assert driver_transaction_check(found, window_start=T0, window_end=E) == by_spark

@@ -95,6 +95,25 @@ def test_each_window_is_one_snapshot_readable_as_of_it(pg_url: str, tmp_path: Pa
     ]
 
 
+def test_a_window_without_changes_gets_one_snapshot_carrying_its_completeness_record(pg_url: str, tmp_path: Path) -> None:
+    from spanner_cdc.lake.check import empty_check
+    from spanner_cdc.lake.completeness import completeness_record
+
+    settings = settings_for(pg_url, tmp_path, "quiet")
+    layout = layout_of(settings)
+    first = land_files(layout, tmp_path, T0, 3)
+    iceberg.land_window(settings, layout, window_start=T0, window_end=T0 + HOUR, files=first)
+    record = completeness_record(stream="cs", namespace="quiet", window_start=T0 + HOUR, window_end=T0 + 2 * HOUR,
+                                 low_watermark=T0 + 2 * HOUR, check=empty_check())  # fmt: skip
+    done = iceberg.land_window(settings, layout, window_start=T0 + HOUR, window_end=T0 + 2 * HOUR, files=[], completeness=record)
+    assert done is not None and done.snapshot_id is not None and (done.added, done.removed) == (0, 0)
+    again = iceberg.land_window(settings, layout, window_start=T0 + HOUR, window_end=T0 + 2 * HOUR, files=[], completeness=record)
+    assert again is not None and again.snapshot_id is None  # once
+    snapshots = iceberg.window_snapshots(table_of(settings))
+    assert [s["window_start"] for s in snapshots] == [T0.isoformat(), (T0 + HOUR).isoformat()]
+    assert snapshots[-1]["completeness"] == record and snapshots[-1]["total_rows"] == snapshots[0]["total_rows"]
+
+
 def test_a_relanded_window_replaces_its_files_in_one_snapshot(pg_url: str, tmp_path: Path) -> None:
     settings = settings_for(pg_url, tmp_path, "relanded")
     layout = layout_of(settings)

@@ -141,3 +141,28 @@ def test_window_lock_lets_one_closer_in_at_a_time(store: MetadataStore) -> None:
         assert waiting() == 1 and not entered.is_set()
     thread.join(timeout=30)
     assert entered.is_set() and waiting() == 0
+
+
+def test_a_failed_check_is_kept_on_the_open_window_until_a_passing_close_replaces_it(store: MetadataStore) -> None:
+    lineage = store.ensure_lineage("orders", "failing")
+    store.open_window(lineage.id, T0, W1)
+    store.record_failed_check(lineage.id, T0, W1, {"ok": False, "mismatched": 2})
+    [window] = store.windows(lineage.id)
+    assert (window.state, window.transaction_check) == ("OPEN", {"ok": False, "mismatched": 2})
+    store.bootstrap(lineage.id, T0, [ChildPartition("a", ())])
+    [claim] = store.claim(lineage.id, window_end=W1, owner="w", lease=LEASE)
+    store.complete(claim, watermark=W1 - US, finished=False)
+    store.close_window(lineage.id, T0, W1, records=1, files=1, transaction_check={"ok": True}, marker_path="m")
+    store.record_failed_check(lineage.id, T0, W1, {"ok": False})  # a closed window's check is never replaced
+    assert [w.transaction_check for w in store.windows(lineage.id)] == [{"ok": True}]
+
+
+def test_the_streams_retention_is_kept_with_the_lineage(store: MetadataStore) -> None:
+    lineage = store.ensure_lineage("orders", "kept")
+    assert lineage.retention_period_s is None
+    store.record_retention(lineage.id, timedelta(days=1))
+    assert store.get_lineage("orders", "kept").retention_period_s == 86_400
+    store.record_retention(lineage.id, timedelta(hours=36))  # the stream's option was changed
+    assert [ln.retention_period_s for ln in store.lineages() if ln.namespace == "kept"] == [129_600]
+    with pytest.raises(ValueError, match="positive"):
+        store.record_retention(lineage.id, timedelta(0))

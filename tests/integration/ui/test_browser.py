@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,29 +12,7 @@ from tests.fixtures.airflow_ui import STORE_PASSWORD, AirflowServer
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
-CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1440,1000",
-)
 PAGE = "/spanner-cdc/streams/orders?namespace=live"
-
-
-@pytest.fixture
-def browser(chromium: tuple[str, str]) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver_path = chromium
-    with tempfile.TemporaryDirectory(prefix="spanner-cdc-chromium-") as profile:
-        options = webdriver.ChromeOptions()
-        options.binary_location = binary
-        for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
-            options.add_argument(flag)
-        driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-        try:
-            yield driver
-        finally:
-            driver.quit()
 
 
 def _log_in(driver: Any, server: AirflowServer, next_path: str) -> None:

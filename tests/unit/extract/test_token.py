@@ -8,13 +8,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from spanner_cdc.errors import ConfigError
 from spanner_cdc.lake.columns import LAKE_SCHEMA
 from spanner_cdc.lake.layout import LakeLayout, published_locations
 from spanner_cdc.spark import executor
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.executor import TableFiles, envelope_batches
-from spanner_cdc.spark.spec import WRITER_ENV, TokenJobSpec, lake_writer
+from spanner_cdc.spark.spec import TokenJobSpec
 from tests.unit.lake.records import T0, children, data_record, heartbeat
 
 E = T0 + timedelta(hours=1)
@@ -116,16 +115,6 @@ def test_table_files_publish_each_table_whole_at_its_deterministic_name(tmp_path
     assert users.schema_arrow == LAKE_SCHEMA
     assert users.metadata.num_row_groups >= 2  # flushed in row groups as rows came, not all at the end
     assert [r["mod_index"] for r in users.read().to_pylist()][:4] == [0, 1, 0, 1]
-
-
-def test_lake_writer_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(WRITER_ENV, raising=False)
-    assert lake_writer() == "arrow"
-    monkeypatch.setenv(WRITER_ENV, "Spark")
-    assert lake_writer() == "spark"
-    monkeypatch.setenv(WRITER_ENV, "csv")
-    with pytest.raises(ConfigError, match="SPANNER_CDC_LAKE_WRITER"):
-        lake_writer()
 
 
 def test_mutable_partition_records_end_announce_and_move(tmp_path: Path) -> None:

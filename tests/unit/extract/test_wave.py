@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
-from spanner_cdc.errors import ConfigError
 from spanner_cdc.extract import wave
+from spanner_cdc.settings import Settings
 from spanner_cdc.store.models import Claim
 
 T = datetime(2024, 1, 1, tzinfo=UTC)
@@ -18,31 +17,29 @@ def claims(n: int) -> list[Claim]:
     return [Claim(1, f"t{i:04d}", T, None, "me", 1, T) for i in range(n)]
 
 
+GROUP = Settings.wave_group_tokens  # the default, 256
+
+
 def test_a_wave_is_split_into_at_most_concurrency_groups_in_claim_order() -> None:
-    assert [len(g) for g in wave.groups(claims(32), 4)] == [8, 8, 8, 8]
-    assert [len(g) for g in wave.groups(claims(5), 2)] == [3, 2]
-    assert [len(g) for g in wave.groups(claims(3), 8)] == [1, 1, 1]
-    assert [c for g in wave.groups(claims(7), 3) for c in g] == claims(7)
-    assert wave.groups([], 4) == []
+    assert [len(g) for g in wave.groups(claims(32), 4, GROUP)] == [8, 8, 8, 8]
+    assert [len(g) for g in wave.groups(claims(5), 2, GROUP)] == [3, 2]
+    assert [len(g) for g in wave.groups(claims(3), 8, GROUP)] == [1, 1, 1]
+    assert [c for g in wave.groups(claims(7), 3, GROUP) for c in g] == claims(7)
+    assert wave.groups([], 4, GROUP) == []
 
 
 def test_a_huge_wave_commits_in_bounded_groups() -> None:
-    sizes = [len(g) for g in wave.groups(claims(1000), 2)]
-    assert max(sizes) == wave.MAX_GROUP_TOKENS and sum(sizes) == 1000
+    sizes = [len(g) for g in wave.groups(claims(1000), 2, GROUP)]
+    assert max(sizes) == 256 and sum(sizes) == 1000
 
 
-def test_the_group_size_can_be_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(wave.GROUP_TOKENS_ENV, "1")
-    assert [len(g) for g in wave.groups(claims(3), 2)] == [1, 1, 1]
-    monkeypatch.setenv(wave.GROUP_TOKENS_ENV, "0")
-    with pytest.raises(ConfigError, match="SPANNER_CDC_WAVE_GROUP_TOKENS.*an integer in"):
-        wave.groups(claims(3), 2)
+def test_the_group_size_can_be_set() -> None:
+    assert [len(g) for g in wave.groups(claims(3), 2, 1)] == [1, 1, 1]
 
 
 def test_a_wave_job_lands_a_few_tokens_per_task(monkeypatch: pytest.MonkeyPatch) -> None:
     import pickle
 
-    from spanner_cdc.spark.token_job import TASK_TOKENS, TASK_TOKENS_ENV, task_tokens
     from spanner_cdc.spark.wave_task import WaveTasks
 
     def tasks(tokens: int, per_task: int) -> list[list[int]]:
@@ -54,19 +51,6 @@ def test_a_wave_job_lands_a_few_tokens_per_task(monkeypatch: pytest.MonkeyPatch)
     assert tasks(3, 1) == [[0], [1], [2]]
     assert tasks(2, 8) == [[0, 1]]
     assert len(WaveTasks(list(range(300)), 4, 1)) == 75
-    assert_an_integer_setting(monkeypatch, TASK_TOKENS_ENV, task_tokens, TASK_TOKENS, 1000)
-
-
-def assert_an_integer_setting(monkeypatch: pytest.MonkeyPatch, env: str, read: Any, default: int, most: int) -> None:
-    """`read()` gives `default` unset, 1 when set to 1, and refuses 0, text and `most` + 1 naming `env`."""
-    monkeypatch.delenv(env, raising=False)
-    assert read() == default
-    monkeypatch.setenv(env, "1")
-    assert read() == 1
-    for bad in ("0", "x", str(most + 1)):
-        monkeypatch.setenv(env, bad)
-        with pytest.raises(ConfigError, match=f"{env}.*an integer in"):
-            read()
 
 
 def test_a_wave_tokens_summary_row_fits_the_jobs_schema_and_carries_the_whole_summary() -> None:
@@ -87,9 +71,7 @@ def test_a_wave_tokens_summary_row_fits_the_jobs_schema_and_carries_the_whole_su
 def test_a_wave_task_lands_its_tokens_with_the_threads_set(monkeypatch: pytest.MonkeyPatch) -> None:
     import pickle
 
-    from spanner_cdc.spark.token_job import TASK_THREADS, TASK_THREADS_ENV, task_threads
     from spanner_cdc.spark.wave_task import WaveTasks
 
     assert pickle.loads(pickle.dumps(WaveTasks(["t"], 4, 3))).threads == 3
     assert WaveTasks(["t"], 4, 0).threads == 1
-    assert_an_integer_setting(monkeypatch, TASK_THREADS_ENV, task_threads, TASK_THREADS, 64)

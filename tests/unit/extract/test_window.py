@@ -62,16 +62,6 @@ def test_effective_start_and_retention() -> None:
     assert (human(timedelta(hours=36)), human(timedelta(days=1)), human(timedelta(seconds=90))) == ("36 hours", "1 day", "90 seconds")
 
 
-def test_lease_duration_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(extract.LEASE_ENV, raising=False)
-    assert extract.lease_duration() == timedelta(seconds=extract.DEFAULT_LEASE_S)
-    monkeypatch.setenv(extract.LEASE_ENV, "2.5")
-    assert extract.lease_duration() == timedelta(seconds=2.5)
-    monkeypatch.setenv(extract.LEASE_ENV, "soon")
-    with pytest.raises(ConfigError, match="SPANNER_CDC_LEASE_S"):
-        extract.lease_duration()
-
-
 def test_progress_line_rewrites_one_line() -> None:
     out = io.StringIO()
     line = ProgressLine(out)
@@ -132,16 +122,6 @@ def test_failed_tokens_do_not_stop_the_others(monkeypatch: pytest.MonkeyPatch) -
         extract.extract_claims(job, [claim("bad"), claim("a"), claim("bad")], concurrency=2, lease=timedelta(seconds=60))
 
 
-def test_liveness_mode_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(extract.LIVENESS_ENV, raising=False)
-    assert extract.liveness_enabled() is True
-    monkeypatch.setenv(extract.LIVENESS_ENV, "lease")
-    assert extract.liveness_enabled() is False
-    monkeypatch.setenv(extract.LIVENESS_ENV, "heartbeat")
-    with pytest.raises(ConfigError, match="invalid SPANNER_CDC_LIVENESS='heartbeat': expected lock or lease"):
-        extract.liveness_enabled()
-
-
 def test_lease_keeper_checks_the_liveness_lock_between_renewals(monkeypatch: pytest.MonkeyPatch) -> None:
     class Store:
         def __init__(self) -> None:
@@ -193,7 +173,6 @@ def test_lease_keeper_renews_every_held_claim_in_one_call_and_drops_the_lost_one
 
 
 def test_the_close_checks_a_small_window_in_the_driver_and_a_large_one_with_spark(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spanner_cdc.lake.check import DRIVER_ROWS_ENV
     from spanner_cdc.spark import check as spark_check
     from spanner_cdc.spark import session
     from spanner_cdc.store.models import ManifestFile
@@ -203,8 +182,7 @@ def test_the_close_checks_a_small_window_in_the_driver_and_a_large_one_with_spar
     monkeypatch.setattr(spark_check, "transaction_check", lambda spark, paths, **_: calls.append((spark, list(paths))) or {})
     monkeypatch.setattr(session, "spark_session", lambda settings: "spark")
     files = [ManifestFile(f"f{n}", "t", S, E, S, E, rows, 1) for n, rows in enumerate((3, 4))]
-    monkeypatch.setenv(DRIVER_ROWS_ENV, "7")  # the manifest's counts, 7 rows in all, are what decides
-    pipeline._transaction_check(Settings(stream="cs"), files, S, E)
-    monkeypatch.setenv(DRIVER_ROWS_ENV, "6")
-    pipeline._transaction_check(Settings(stream="cs"), files, S, E)
+    # the manifest's counts, 7 rows in all, are what decides
+    pipeline._transaction_check(Settings(stream="cs", check_driver_rows=7), files, S, E)
+    pipeline._transaction_check(Settings(stream="cs", check_driver_rows=6), files, S, E)
     assert calls == [("driver", ["f0", "f1"]), ("spark", ["f0", "f1"])]

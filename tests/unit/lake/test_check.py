@@ -7,17 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
-from spanner_cdc.errors import ConfigError
 from spanner_cdc.lake.check import (
     CHECKED,
-    DRIVER_ROWS,
-    DRIVER_ROWS_ENV,
     MAX_LISTED,
     check_table,
-    driver_rows,
     driver_transaction_check,
+    empty_check,
+    iso_timestamp,
 )
 from spanner_cdc.lake.publish import staged_files
 from tests.unit.lake.records import T0, data_record
@@ -40,7 +37,10 @@ def check(data: pa.Table) -> dict[str, Any]:
 def test_complete_transactions_pass() -> None:
     # tx-a: 2 records, one of them with two mods (two rows, one record_sequence)
     result = check(table(("u1", 0, "tx-a", "1", 2), ("u2", 0, "tx-a", "1", 2), ("u3", 0, "tx-a", "2", 2), ("u4", 9, "tx-b", "1", 1)))
-    assert result == {"ok": True, "transactions": 2, "rows": 4, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0, "examples": []}
+    assert result == {
+        "ok": True, "transactions": 2, "rows": 4, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0, "examples": [],
+        "first_commit_timestamp": iso_timestamp(T0), "last_commit_timestamp": iso_timestamp(T0 + timedelta(seconds=9)),
+    }  # fmt: skip
 
 
 def test_a_missing_record_and_disagreeing_counts_are_mismatches_listed_in_order() -> None:
@@ -72,7 +72,9 @@ def test_rows_outside_the_window_are_counted_not_checked() -> None:
     hour = int((E - T0).total_seconds())
     result = check(table(("u1", -1, "old", "1", 5), ("u2", hour, "next", "1", 5), ("u3", None, "null", "1", 5), ("u4", 0, "tx-a", "1", 1)))
     assert (result["ok"], result["transactions"], result["rows"], result["outside_window_rows"]) == (True, 1, 1, 3)
-    assert check(table()) == {"ok": True, "transactions": 0, "rows": 0, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0, "examples": []}
+    # the first and last commit timestamps are those of the rows inside the window only
+    assert (result["first_commit_timestamp"], result["last_commit_timestamp"]) == (iso_timestamp(T0), iso_timestamp(T0))
+    assert check(table()) == empty_check()
 
 
 def test_the_files_are_read_and_checked_together(tmp_path: Path) -> None:
@@ -85,17 +87,6 @@ def test_the_files_are_read_and_checked_together(tmp_path: Path) -> None:
     only_orders = driver_transaction_check([p for p in paths if "Orders" in p], window_start=T0, window_end=E)
     assert only_orders["mismatched"] == 1 and only_orders["examples"][0]["landed_records"] == 1
     assert driver_transaction_check([], window_start=T0, window_end=E)["ok"] is True
-
-
-def test_the_driver_bound_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(DRIVER_ROWS_ENV, raising=False)
-    assert driver_rows() == DRIVER_ROWS
-    monkeypatch.setenv(DRIVER_ROWS_ENV, "0")
-    assert driver_rows() == 0
-    for bad in ("-1", "many", "100000001"):
-        monkeypatch.setenv(DRIVER_ROWS_ENV, bad)
-        with pytest.raises(ConfigError, match=f"{DRIVER_ROWS_ENV}.*an integer in"):
-            driver_rows()
 
 
 def test_files_that_hold_the_columns_differently_are_checked_as_one_window(tmp_path: Path) -> None:

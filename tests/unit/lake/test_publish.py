@@ -11,9 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from spanner_cdc.lake.columns import LAKE_SCHEMA, PARTITION_COLUMN
+from spanner_cdc.lake.completeness import completeness_record
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
 from spanner_cdc.lake.layout import LakeLayout, is_published, published_files, window_id
-from spanner_cdc.lake.markers import write_marker
+from spanner_cdc.lake.markers import earlier_completeness, write_marker
 from spanner_cdc.lake.publish import publish, read_journal, remove_orphans, staged_files
 from tests.unit.lake.records import T0, data_record
 
@@ -117,14 +118,19 @@ def test_marker_names_the_window_its_files_and_counts(layout: LakeLayout, tmp_pa
     data_dir = tmp_path / "s" / "data"
     stage(data_dir, [data_record(0, mods=2), data_record(1, tx="t2", table="Orders")])
     manifest = do_publish(layout, data_dir)
-    check = {"ok": True, "transactions": 2}
-    path = write_marker(layout, lineage_id=3, window_start=T0, window_end=E, files=manifest, check=check)
+    check = {"ok": True, "transactions": 2, "rows": 3}
+    record = completeness_record(stream="cs", namespace="live", window_start=T0, window_end=E, low_watermark=E, check=check)
+    path = write_marker(layout, lineage_id=3, window_start=T0, window_end=E, files=manifest, check=check, completeness=record)
     assert path.parent == layout.windows_dir and not is_published(path, layout.root)
     marker = json.loads(path.read_text())
     assert marker["window_start"] == T0.isoformat() and marker["window_end"] == E.isoformat()
     assert marker["rows"] == 3 and marker["tables"] == {"Orders": 1, "Users": 2}
     assert sorted(f["path"] for f in marker["files"]) == sorted(str(Path(f.path).relative_to(layout.root)) for f in manifest)
-    assert marker["transaction_check"]["ok"] is True
+    assert marker["transaction_check"]["ok"] is True and marker["completeness"] == record
+    # a close re-run (killed after the marker) keeps the marker's record while the files are the same
+    assert earlier_completeness(layout, T0, E, manifest) == record
+    assert earlier_completeness(layout, T0, E, manifest[:1]) is None
+    assert earlier_completeness(layout, E, E + (E - T0), manifest) is None  # no marker for that window
 
 
 def publish_two_windows(layout: LakeLayout, tmp_path: Path) -> list[str]:

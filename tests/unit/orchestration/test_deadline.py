@@ -42,3 +42,10 @@ def test_the_callback_logs_one_line_and_still_logs_when_the_store_is_unreachable
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "partitions unknown (ConnectionError: store down)" in warnings[0]
     assert "(DAG run scheduled__1)" in warnings[0]
+
+
+def test_the_dags_callback_path_names_the_callback() -> None:
+    from spanner_cdc.names import DEADLINE_CALLBACK
+
+    module, _, name = DEADLINE_CALLBACK.rpartition(".")
+    assert module == deadline.__name__ and getattr(deadline, name) is deadline.window_missed

@@ -46,3 +46,22 @@ def large_graph(windows: int = 6, roots: int = 120, stuck: int = 3) -> LineageGr
     )  # fmt: skip
     low = min(r.watermark for r in rows.values() if r.state != State.FINISHED and r.watermark)
     return LineageGraph(LINEAGE, tuple(rows.values()), tuple(edges), low, window_rows)
+
+
+# Cloud Spanner's partition tokens are long base64 strings that share most of their start (about 120 characters)
+SPANNER_LIKE_PREFIX = "__8BAYEHRk5KCAgIAAAACAAAAgQwAAAAAHAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAQEgA_"
+
+
+def with_long_tokens(graph: LineageGraph, prefix: str = SPANNER_LIKE_PREFIX) -> LineageGraph:
+    """The same lineage with every token as long as a real one: `prefix` + the synthetic name."""
+    import dataclasses
+
+    def long(token: str) -> str:
+        return prefix + token
+
+    nodes = tuple(
+        dataclasses.replace(p, token=long(p.token), parents=tuple(map(long, p.parents)), children=tuple(map(long, p.children)))
+        for p in graph.nodes
+    )
+    edges = tuple((long(a), long(b)) for a, b in graph.edges)
+    return dataclasses.replace(graph, nodes=nodes, edges=edges)

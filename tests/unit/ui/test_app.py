@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 from fastapi import Header, HTTPException
@@ -26,12 +27,12 @@ def authorize(x_test_user: str | None = Header(default=None)) -> None:
         raise HTTPException(status_code=403, detail="Forbidden")
 
 
-def make_client(store: FakeStore) -> TestClient:
+def make_client(store: FakeStore, now: datetime = NOW) -> TestClient:
     app = create_app(
         authorize=authorize,
         connect=lambda: StoreTarget(url=URL, open=lambda: store, stream_names={"shop": "orders"}),
         login_url=lambda path: f"/auth/login?next={path}",
-        clock=lambda: NOW,
+        clock=lambda: now,
     )
     return TestClient(app)
 

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from spanner_cdc.lineage.rules import State
 from spanner_cdc.masking import mask_url
 from spanner_cdc.names import backfill_namespace
-from spanner_cdc.ui.health import lag_seconds, splits_and_merges, state_counts, stuck
+from spanner_cdc.ui.health import freshness_seconds, headroom, lag_seconds, splits_and_merges, state_counts, stuck
 from spanner_cdc.ui.links import lineage_for_dag
 from spanner_cdc.ui.metrics import render_metrics
 from spanner_cdc.ui.secrets import Redactor
-from spanner_cdc.ui.view import LineageView
-from tests.unit.ui.sample import HOUR, NOW, T0, partition, sample_view
+from spanner_cdc.ui.view import LineageView, StreamView, load_stream
+from tests.unit.ui.sample import HOUR, NOW, T0, FakeStore, partition, sample_graph, sample_view
 
 
 def test_lag_is_measured_against_the_newest_windows_inclusive_end() -> None:
@@ -120,3 +122,60 @@ def test_dag_links_resolve_to_lineages() -> None:
     assert lineage_for_dag("spanner_cdc_backfill", run_id, lineages, {}) == ("orders", backfill_namespace(run_id))
     assert lineage_for_dag("spanner_cdc_backfill", "manual__other", lineages, {}) is None
     assert lineage_for_dag("some_dag", None, lineages, {}) is None
+
+
+def _with_retention(seconds: int | None, **overrides: Any) -> StreamView:
+    graph = sample_graph(**overrides)
+    lineage = dataclasses.replace(graph.lineage, retention_period_s=seconds)
+    return load_stream(FakeStore(dataclasses.replace(graph, lineage=lineage)), "orders", "live")
+
+
+def test_freshness_is_the_age_of_the_newest_complete_windows_end() -> None:
+    assert freshness_seconds(sample_view(), NOW) == 1800  # the newest complete window ends at T0 + 2 h
+    view = sample_view()
+    only_open = type(view)(view.lineage, view.partitions, tuple(w for w in view.windows if not w.complete), view.low_watermark)
+    assert freshness_seconds(only_open, NOW) is None
+
+
+def test_headroom_is_the_retention_minus_the_low_watermarks_age_and_warns_under_the_share() -> None:
+    # the low watermark is T0 + 2 h - 1 µs, 1800.000001 s before NOW
+    assert headroom(_with_retention(None), NOW, 0.5) is None  # no plan has read the retention yet
+    roomy = headroom(_with_retention(7200), NOW, 0.5)
+    assert roomy is not None and roomy.seconds == pytest.approx(5399.999999) and roomy.threshold_seconds == 3600
+    assert not roomy.warning
+    tight = headroom(_with_retention(3600), NOW, 0.5)
+    assert tight is not None and tight.seconds == pytest.approx(1799.999999) and tight.warning  # just under 1800
+    assert not headroom(_with_retention(3600), NOW, 0.4).warning  # a lower share warns later
+    gone = headroom(_with_retention(1200), NOW, 0.5)
+    assert gone is not None and gone.seconds < 0 and gone.warning  # changes have already left the retention
+    finished = _with_retention(3600, D=partition("D", State.FINISHED, T0, T0 + HOUR))
+    assert headroom(finished, NOW, 0.5) is None  # nothing left to read
+    # a backfill whose windows are all complete has read its range: its standing watermark is no alarm
+    view = _with_retention(1200)
+    backfill = dataclasses.replace(view, lineage=dataclasses.replace(view.lineage, namespace="backfill_x"))
+    assert headroom(backfill, NOW, 0.5) is not None  # one of its windows is still open
+    done = dataclasses.replace(backfill, windows=tuple(dataclasses.replace(w, state="COMPLETE") for w in backfill.windows))
+    assert headroom(done, NOW, 0.5) is None
+
+
+def test_metrics_give_freshness_retention_headroom_and_its_threshold() -> None:
+    samples = _samples(render_metrics([_with_retention(3600)], NOW, headroom_warning=0.5))
+    ids = 'stream="orders",namespace="live"'
+    assert samples[f"spanner_cdc_freshness_seconds{{{ids}}}"] == 1800
+    assert samples[f"spanner_cdc_retention_period_seconds{{{ids}}}"] == 3600
+    assert samples[f"spanner_cdc_retention_headroom_seconds{{{ids}}}"] == pytest.approx(1799.999999)
+    assert samples[f"spanner_cdc_retention_headroom_threshold_seconds{{{ids}}}"] == 1800
+    assert samples[f"spanner_cdc_open_window_age_seconds{{{ids}}}"] == 0  # the open window ends after NOW
+    assert samples[f"spanner_cdc_failed_window_checks{{{ids}}}"] == 0
+    later = _samples(render_metrics([_with_retention(3600)], NOW + 2 * HOUR, headroom_warning=0.25))
+    assert later[f"spanner_cdc_open_window_age_seconds{{{ids}}}"] == 5400  # its end, T0 + 3 h, was 1.5 h ago
+    assert later[f"spanner_cdc_retention_headroom_threshold_seconds{{{ids}}}"] == 900
+    unknown = _samples(render_metrics([_with_retention(None)], NOW))
+    assert not any(name.startswith(("spanner_cdc_retention_", "spanner_cdc_retention_headroom")) for name in unknown)
+
+
+def test_an_open_window_whose_check_failed_is_counted() -> None:
+    view = sample_view()
+    failed = dataclasses.replace(view.windows[-1], transaction_check={"ok": False, "mismatched": 2})
+    broken = type(view)(view.lineage, view.partitions, (*view.windows[:-1], failed), view.low_watermark)
+    assert _samples(render_metrics([broken], NOW))['spanner_cdc_failed_window_checks{stream="orders",namespace="live"}'] == 1

@@ -18,8 +18,9 @@ from tests.unit.ui.sample import HOUR, NOW, T0, FakeStore
 from tests.unit.ui.test_app import AUTH, make_client
 
 SVG = "{http://www.w3.org/2000/svg}"
-GRAPH = large_graph()
+GRAPH = large_graph(stuck=12)
 LIVE = [p for p in GRAPH.nodes if p.state.value != "FINISHED"]
+STUCK = [p.token for p in GRAPH.nodes if p.last_error]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,11 @@ def test_the_first_screen_holds_open_windows_stuck_tokens_and_the_frontier(clien
     # furthest behind first: the roots that never split started at T0 and lag the most
     lags = {p.token: (p.watermark or p.start) for p in LIVE}
     assert [lags[t] for t in tokens] == sorted(lags[t] for t in tokens)
-    assert html.count('<tr><td class=mono>') <= tables.STUCK_PAGE
+    # the stuck list shows a few rows; the rest of its page waits, collapsed, behind a <details>
+    stuck_table = html[html.index("<table id=stuck>") : html.index("</table>", html.index("<table id=stuck>"))]
+    assert stuck_table.count("data-stuck-token=") == tables.STUCK_SHOWN
+    assert len(STUCK) > tables.STUCK_PAGE and html.count("data-stuck-token=") == tables.STUCK_PAGE
+    assert f"<summary>{tables.STUCK_PAGE - tables.STUCK_SHOWN} more stuck rows on this page</summary>" in html
 
 
 def test_the_graph_draws_the_frontier_and_folds_older_history(client: TestClient) -> None:
@@ -72,7 +77,7 @@ def test_the_graph_draws_the_frontier_and_folds_older_history(client: TestClient
 
 def test_tables_are_paged_and_partitions_searchable(client: TestClient) -> None:
     html = client.get("/streams/orders", headers=AUTH).text
-    first = re.findall(r'<tr data-token="([^"]+)"><td class=mono>[^<]*</td><td><span class="state"[^>]*>[^<]*</span></td><td>\d',
+    first = re.findall(r'<tr data-token="([^"]+)"><td class=mono><span class=token title="\1">.*?</td><td><span class="state"[^>]*>[^<]*</span></td><td>\d',
                        html[html.index("id=partitions") :])
     assert len(first) == tables.PARTITIONS_PAGE
     nxt = _link(html, "page")

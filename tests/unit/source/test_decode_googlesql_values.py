@@ -11,8 +11,8 @@ from google.cloud.spanner_v1.streamed import StreamedResultSet
 from google.protobuf.struct_pb2 import ListValue, Value
 
 from spanner_cdc.errors import SourceError
+from spanner_cdc.source.decode.googlesql_values import wire_mapper
 from spanner_cdc.source.decode.mapper import row_mapper
-from spanner_cdc.source.decode.wire import wire_mapper
 from tests.unit.source import test_decode_examples as ex
 
 EXAMPLES = [ex.ROOTS_1, ex.TRANSFER_1, ex.HEARTBEAT, ex.TRANSFER_2, ex.NEW_ROW, ex.MERGE]

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from spanner_cdc.errors import SourceError
+from spanner_cdc.source.decode.googlesql_bytes import BytesRecords
+from spanner_cdc.source.decode.googlesql_values import wire_mapper
 from spanner_cdc.source.decode.mapper import row_mapper
-from spanner_cdc.source.decode.wire import wire_mapper
-from spanner_cdc.source.decode.wire_bytes import BytesRecords
 from tests.unit.source import test_decode_examples as ex
 
 COLUMNS = [

@@ -1,4 +1,4 @@
-"""GoogleSQL data change rows read from their serialized protobuf bytes: the hot path of wire.py's mapper."""
+"""GoogleSQL data change rows read from their serialized protobuf bytes: the hot path of googlesql_values.py's mapper."""
 
 from __future__ import annotations
 

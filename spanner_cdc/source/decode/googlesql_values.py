@@ -37,7 +37,7 @@ from spanner_cdc.source.decode.fields import (
     parse_timestamp,
     row_error,
 )
-from spanner_cdc.source.decode.wire_bytes import BytesRecords
+from spanner_cdc.source.decode.googlesql_bytes import BytesRecords
 
 _S, _B, _I, _T, _J = TypeCode.STRING, TypeCode.BOOL, TypeCode.INT64, TypeCode.TIMESTAMP, TypeCode.JSON
 # the documented types of every field read (spec: "Data change records" etc.); any other shape of the
@@ -177,7 +177,7 @@ def _layout(struct: dict[str, tuple[int, Any]] | None, what: str) -> list[int] |
 def wire_mapper(fields: Sequence[Any], from_bytes: bool = True) -> RowMapper | None:
     """A mapper of undecoded GoogleSQL rows (lists of protobuf Values, lazy_decode=True) into typed records,
     or None when the result metadata is not the documented ChangeRecord shape. With the fields in their documented
-    order and `from_bytes`, data change rows are read from their serialized bytes (wire_bytes.py)."""
+    order and `from_bytes`, data change rows are read from their serialized bytes (googlesql_bytes.py)."""
     names = [f.name for f in fields]
     column = names.index("ChangeRecord") if "ChangeRecord" in names else (0 if len(names) == 1 else -1)
     outer = _struct_fields(fields[column].type_) if column >= 0 else None
