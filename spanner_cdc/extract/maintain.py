@@ -46,6 +46,7 @@ class MaintainSummary:
     files_after: int = 0
     snapshots_expired: int = 0
     orphans_removed: list[str] = field(default_factory=list)
+    state_tables_folded: list[str] = field(default_factory=list)  # current-state tables whose delete files were folded
     elapsed_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -73,11 +74,13 @@ def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSumm
         finally:
             if opened:
                 iceberg.close_catalog(opened[0])
+    summary.state_tables_folded = _fold_state_tables(settings)
     summary.elapsed_s = time.monotonic() - started
     log.info(
-        "%s: maintenance of %s: %d window(s) compacted (%d -> %d files), %d snapshot(s) expired, %d orphan(s) removed in %.1fs",
+        "%s: maintenance of %s: %d window(s) compacted (%d -> %d files), %d snapshot(s) expired, %d orphan(s) removed, "
+        "%d state table(s) folded in %.1fs",
         stream, settings.namespace, summary.windows_compacted, summary.files_before, summary.files_after,
-        summary.snapshots_expired, len(summary.orphans_removed), summary.elapsed_s,
+        summary.snapshots_expired, len(summary.orphans_removed), len(summary.state_tables_folded), summary.elapsed_s,
     )  # fmt: skip
     return summary
 
@@ -175,6 +178,13 @@ def rewrite(
     if sum(f.rows for f in out) != rows:
         raise ExtractError(f"{layout.stream}: compacting {len(old)} file(s) of {table} gave {sum(f.rows for f in out)} rows, not {rows}")
     return out
+
+
+def _fold_state_tables(settings: Settings) -> list[str]:
+    """The current-state tables' position deletes folded into data files (Spark starts only for a table that has any)."""
+    from spanner_cdc.extract.current_state import fold_state_deletes
+
+    return [f.table for f in fold_state_deletes(settings) if f.snapshot_id is not None]
 
 
 def remove_orphans(store: MetadataStore, lineage_id: int, layout: LakeLayout, table: Table | None, older_than: datetime) -> list[str]:
