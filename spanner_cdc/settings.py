@@ -14,7 +14,17 @@ from typing import Any
 
 from spanner_cdc import names, validators
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.validators import choice, fraction, identifier, int_between, optional, seconds_at_least, text
+from spanner_cdc.validators import (
+    byte_size,
+    choice,
+    duration,
+    fraction,
+    identifier,
+    int_between,
+    optional,
+    seconds_at_least,
+    text,
+)
 
 ENV_PREFIX = "SPANNER_CDC_"
 CONFIG_ENV = "SPANNER_CDC_CONFIG"
@@ -120,7 +130,16 @@ class Settings:
         default=Path(".local/lake"), metadata=_meta(output_root, "root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix")
     )
     iceberg_catalog: str = field(
-        default="off", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: off, store, or a REST/Hive catalog URL")
+        default="store", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: store (default), off, or a REST/Hive catalog URL")
+    )
+    target_file_size: int = field(
+        default=256 << 20, metadata=_meta(byte_size, "size of a lake file: a landed file rolls to the next past it, compaction aims at it")
+    )
+    snapshot_retention: timedelta = field(
+        default=timedelta(days=7), metadata=_meta(duration, "lake maintain expires Iceberg snapshots older than this")
+    )
+    orphan_min_age: timedelta = field(
+        default=timedelta(hours=24), metadata=_meta(duration, "lake maintain removes unlisted files only once older than this")
     )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
     namespace: str = field(default="live", metadata=_meta(identifier, "lineage namespace"))
@@ -157,7 +176,7 @@ class Settings:
         default=300.0, metadata=_meta(seconds_at_least(1), "seconds a claim holds a token without renewal")
     )
     current_state_keep: int = field(
-        default=24, metadata=_meta(int_between(1, 10_000), "current states kept per lineage when no stream table says")
+        default=24, metadata=_meta(int_between(1, 10_000), "window snapshots kept per current-state table when no stream table says")
     )
 
     @property
@@ -229,7 +248,8 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
 TUNING_FIELDS = ("wave_group_tokens", "task_tokens", "task_threads", "check_driver_rows", "lake_writer", "liveness", "lease_s",
                  "current_state_keep")  # fmt: skip
 SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
-                     "namespace", "concurrency", "heartbeat_ms", "home", *TUNING_FIELDS)  # fmt: skip
+                     "namespace", "concurrency", "heartbeat_ms", "home", "target_file_size", "snapshot_retention",
+                     "orphan_min_age", *TUNING_FIELDS)  # fmt: skip
 
 
 def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:
@@ -246,7 +266,7 @@ def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:
     for name in SUBPROCESS_FIELDS:
         value = getattr(settings, name)
         if value is not None:
-            env[ENV_PREFIX + name.upper()] = str(value)
+            env[ENV_PREFIX + name.upper()] = str(value.total_seconds() if isinstance(value, timedelta) else value)
     if settings.emulator_host is not None:
         env[EMULATOR_HOST_ENV] = settings.emulator_host
     env.update(extra)

@@ -1,9 +1,9 @@
-"""Current-state tables at each closed window's end: the previous state plus one window, a Spark task per table (the run
-over the lineage's windows; lake/current_state.py is the same concept's fold of one table, spark/state_job.py its job)."""
+"""Current-state Iceberg tables at each closed window's end: the window's changes applied as one snapshot per table
+(the run over the lineage's windows; lake/current_state.py is the pure fold of one table's changes, lake/state_table.py
+the Iceberg side, spark/state_job.py its job)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -12,26 +12,39 @@ from typing import TYPE_CHECKING, Any
 from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.window import _store, _stream, layout_of
 from spanner_cdc.lake import storage
+from spanner_cdc.lake.current_state import Column, SchemaFact, merge_facts, schema_facts, target_columns
 from spanner_cdc.lineage.rules import inclusive_end
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
     from spanner_cdc.lake.layout import LakeLayout
     from spanner_cdc.settings import Settings
+    from spanner_cdc.spark.state_job import StateTask
     from spanner_cdc.store import MetadataStore
     from spanner_cdc.store.models import WindowRow
 
 log = logging.getLogger(__name__)
+FACT_COLUMNS = ["object", "commit_timestamp", "change_type", "column_types", "value_capture_type"]
 
 
 @dataclass
 class StateSummary:
+    """A window applied to the state tables: each table's rows at its end and the snapshot that holds them."""
+
     as_of: datetime
-    marker: str
+    window_start: datetime
     tables: dict[str, int] = field(default_factory=dict)
-    created: bool = True  # False: it existed (a re-run)
+    snapshots: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"as_of": _z(self.as_of), "marker": self.marker, "tables": self.tables, "created": self.created}
+        return {
+            "as_of": _z(self.as_of),
+            "window_start": _z(self.window_start),
+            "tables": self.tables,
+            "snapshots": self.snapshots,
+        }
 
 
 def _z(value: datetime) -> str:
@@ -40,72 +53,285 @@ def _z(value: datetime) -> str:
 
 
 
-def _marker(layout: LakeLayout, as_of: datetime) -> dict[str, Any] | None:
-    data = storage.read_bytes(layout.state_marker_location(as_of))
-    return None if data is None else dict(json.loads(data))
+def state_catalog(settings: Settings) -> Catalog:
+    """The change log's catalog; the metadata store's (a SQL catalog) when the change log has none (`off`)."""
+    from spanner_cdc.lake.iceberg import catalog_properties, open_catalog
+
+    name = "store" if settings.iceberg_catalog == "off" else settings.iceberg_catalog
+    return open_catalog(
+        catalog_properties(name, metadata_url=settings.metadata_url, warehouse=str(settings.output_root))
+    )
 
 
-def _step(settings: Settings, store: MetadataStore, lineage_id: int, window: WindowRow, previous: dict[str, Any] | None) -> StateSummary:
-    """One window on top of `previous` (a state marker, or None: the snapshot if there is one, else nothing)."""
+def _io_properties(catalog: Catalog) -> dict[str, str]:
+    """What an executor needs to read and write the tables' files (object store endpoints; no catalog credentials)."""
+    return {k: v for k, v in catalog.properties.items() if k.startswith(("s3.", "gcs.", "adls."))}
+
+
+def _facts(paths: list[str], start: datetime | None, end: datetime | None) -> list[SchemaFact]:
+    """The schema facts of files' changes (commits in [start, end) when bounded), read a batch at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from spanner_cdc.lake.columns import TIMESTAMP
+
+    out: list[SchemaFact] = []
+    for path in paths:
+        with pq.ParquetFile(storage.bare(path), filesystem=storage.filesystem(path)) as parquet:
+            for batch in parquet.iter_batches(columns=FACT_COLUMNS, batch_size=65_536):
+                data = pa.Table.from_batches([batch])
+                if start is not None and end is not None:
+                    stamp = data.column("commit_timestamp")
+                    data = data.filter(
+                        pc.and_(
+                            pc.greater_equal(stamp, pa.scalar(start, TIMESTAMP)),
+                            pc.less(stamp, pa.scalar(end, TIMESTAMP)),
+                        )
+                    )
+                out = merge_facts([*out, *schema_facts(data)])
+    return out
+
+
+def _load(catalog: Catalog, layout: LakeLayout, table: str) -> Table | None:
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    from spanner_cdc.lake.state_table import state_identifier
+
+    try:
+        return catalog.load_table(state_identifier(layout, table))
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+
+
+def known_tables(catalog: Catalog, layout: LakeLayout) -> list[str]:
+    """The source tables that have a state table in the catalog."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    from spanner_cdc.lake.state_table import SOURCE_TABLE
+
+    prefix = f"{layout.stream}__current__"
+    try:
+        names = [i for i in catalog.list_tables(layout.namespace) if i[-1].startswith(prefix)]
+    except NoSuchNamespaceError:
+        return []
+    return sorted(str(catalog.load_table(i).properties.get(SOURCE_TABLE, i[-1][len(prefix) :])) for i in names)
+
+
+def _commit(handle: Table, files: list[Any], properties: dict[str, str]) -> int:
+    from spanner_cdc.lake.state_table import commit_row_delta
+
+    spec_id = handle.metadata.default_spec_id
+    for _, _, data_file in files:
+        data_file.spec_id = spec_id  # every file was written with the table's spec (a pickled entry drops it)
+    data = [f for _, kind, f in files if kind == "data"]
+    deletes = [f for _, kind, f in files if kind == "deletes"]
+    failpoint("state_before_commit")  # crash tests: the window's files are written, its snapshot not yet committed
+    return commit_row_delta(handle, data, deletes, properties)
+
+
+def _seed(
+    settings: Settings, catalog: Catalog, layout: LakeLayout, at: datetime, snapshot: dict[str, list[str]]
+) -> None:
+    """The initial snapshot's rows as each state table's first snapshot (named by T0), for the tables that have none."""
+    from spanner_cdc.lake.state_table import SNAPSHOT_AT, ensure_state_table
     from spanner_cdc.spark.session import spark_session
     from spanner_cdc.spark.state_job import StateTask, run_state_job
 
-    layout = layout_of(settings)
-    base = layout.location.rstrip("/") + "/"
-    prior = {t: base + v["path"] for t, v in (previous or {}).get("tables", {}).items()}
-    snapshot: dict[str, list[str]] = {}
-    if previous is None:
-        for part in store.snapshot_files(lineage_id):
-            snapshot.setdefault(part.table, []).append(part.path)
+    todo: dict[str, Table] = {}
+    for table, paths in sorted(snapshot.items()):
+        handle = _load(catalog, layout, table)
+        if handle is not None and handle.snapshots():
+            continue  # seeded (or past it) already
+        facts = [f for f in _facts(paths, None, None) if f.table == table]
+        if facts:
+            todo[table] = ensure_state_table(catalog, layout, table, target_columns(facts, []))
+    if not todo:
+        return
+    io = _io_properties(catalog)
+    tasks = [StateTask("seed", t, h.metadata_location, io, [p]) for t, h in todo.items() for p in sorted(snapshot[t])]
+    files = run_state_job(spark_session(settings), tasks)
+    for table, handle in todo.items():
+        snapshot_id = _commit(
+            handle, [f for f in files if f[0] == table], {SNAPSHOT_AT: at.astimezone(UTC).isoformat()}
+        )
+        log.info(
+            "%s: current state of %s seeded from the snapshot at %s (snapshot %s)",
+            layout.stream,
+            table,
+            _z(at),
+            snapshot_id,
+        )
+
+
+def _apply_tasks(handle: Table, table: str, io: dict[str, str], paths: list[str], window: WindowRow) -> list[StateTask]:
+    """A task per key bucket, each with the bucket's data files and the delete files that apply to them."""
+    from spanner_cdc.lake.state_table import BUCKETS
+    from spanner_cdc.spark.state_job import Candidate, StateTask
+
+    bucketed = bool(handle.spec().fields)
+    candidates: dict[int | None, list[Candidate]] = {}
+    if handle.current_snapshot() is not None:
+        for planned in handle.scan().plan_files():
+            bucket = planned.file.partition[0] if bucketed else None
+            candidates.setdefault(bucket, []).append(
+                Candidate(planned.file.file_path, sorted(d.file_path for d in planned.delete_files))
+            )
+    buckets: list[int | None] = list(range(BUCKETS)) if bucketed else [None]
+    return [
+        StateTask("apply", table, handle.metadata_location, io, paths, b, candidates.get(b, []), window.start, window.end)
+        for b in buckets
+    ]  # fmt: skip
+
+
+def _step(
+    settings: Settings, catalog: Catalog, layout: LakeLayout, store: MetadataStore, lineage_id: int, window: WindowRow
+) -> StateSummary:
+    """One window applied to every state table that does not hold it yet: one Spark job, then a snapshot per table."""
+    from spanner_cdc.lake.state_table import (
+        applied_ends,
+        ensure_state_table,
+        live_rows,
+        state_columns,
+        window_properties,
+    )
+    from spanner_cdc.spark.session import spark_session
+    from spanner_cdc.spark.state_job import run_state_job
+
     last = inclusive_end(window.end)
     changes: dict[str, list[str]] = {}
     for f in store.manifest(lineage_id):
         if f.table_name and f.range_start <= last and f.range_end >= window.start:
             changes.setdefault(f.table_name, []).append(f.path)
-    tasks = [
-        StateTask(table, prior.get(table), sorted(snapshot.get(table, [])), sorted(changes.get(table, [])), window.start,
-                  window.end, layout.state_object(table, window.end))
-        for table in sorted(set(prior) | set(snapshot) | set(changes))
-    ]  # fmt: skip
-    listing = run_state_job(spark_session(settings), tasks) if tasks else []
-    tables = {row["table"]: {"path": row["path"][len(base):], "rows": int(row["rows"])} for row in listing}
-    marker = {"stream": layout.stream, "namespace": layout.namespace, "as_of": _z(window.end), "window_start": _z(window.start), "tables": tables}
-    location = layout.state_marker_location(window.end)
-    failpoint("state_after_job")  # crash tests: the state's files are published, its marker not yet written
-    storage.write_bytes(location, json.dumps(marker, indent=1, sort_keys=True).encode())  # last: the state exists now
-    return StateSummary(window.end, location, {t: v["rows"] for t, v in tables.items()})
+    facts = _facts(sorted(p for paths in changes.values() for p in paths), window.start, window.end)
+    end_text = window.end.astimezone(UTC).isoformat()
+    io = _io_properties(catalog)
+    handles: dict[str, Table] = {}
+    tasks = []
+    for table in sorted(set(known_tables(catalog, layout)) | {f.table for f in facts}):
+        handle = _load(catalog, layout, table)
+        ends = applied_ends(handle) if handle is not None else {}
+        if end_text in ends or any(e > end_text for e in ends):
+            continue  # this window (or a later one) is in the table already: a re-run
+        table_facts = [f for f in facts if f.table == table]
+        existing: list[Column] = state_columns(handle) if handle is not None else []
+        if table_facts:
+            handle = ensure_state_table(catalog, layout, table, target_columns(table_facts, existing))
+            tasks += _apply_tasks(handle, table, io, sorted(changes.get(table, [])), window)
+        if handle is not None:
+            handles[table] = handle
+    files = run_state_job(spark_session(settings), tasks) if tasks else []
+    summary = StateSummary(window.end, window.start)
+    for table, handle in handles.items():
+        snapshot_id = _commit(handle, [f for f in files if f[0] == table], window_properties(window.start, window.end))
+        summary.snapshots[table], summary.tables[table] = snapshot_id, live_rows(handle, snapshot_id)
+    return summary
 
 
-def _prune(layout: LakeLayout, ends: list[datetime], keep: int) -> None:
-    """Keep the newest `keep` states: an older one's marker goes first, then its files."""
-    for end in ends[:-keep] if len(ends) > keep else []:
-        marker = _marker(layout, end)
-        storage.remove([layout.state_marker_location(end)])
-        for table in (marker or {}).get("tables", {}):
-            storage.remove_tree(layout.state_location(table, end))
+def _expire(catalog: Catalog, layout: LakeLayout, keep: int) -> None:
+    """Keep each state table's newest `keep` window snapshots (and its current one); older ones are expired."""
+    from spanner_cdc.lake.state_table import applied_ends
+
+    for table in known_tables(catalog, layout):
+        handle = _load(catalog, layout, table)
+        if handle is None:
+            continue
+        current = handle.current_snapshot()
+        ordered = sorted(applied_ends(handle).items())
+        old = [sid for _, sid in ordered[:-keep]] if len(ordered) > keep else []
+        old = [sid for sid in old if current is None or sid != current.snapshot_id]
+        if old:
+            handle.maintenance.expire_snapshots().by_ids(old).commit()
 
 
-def update_current_state(settings: Settings, *, up_to: datetime | None = None, keep: int | None = None) -> list[StateSummary]:
-    """States for every closed window (up to `up_to`) that has none yet, oldest first, each from the one before."""
+def update_current_state(
+    settings: Settings, *, up_to: datetime | None = None, keep: int | None = None
+) -> list[StateSummary]:
+    """Every closed window (up to `up_to`) that a state table does not hold yet, oldest first, each one snapshot per
+    table; the first time, the initial snapshot seeds the tables. A window no table needed is not reported."""
+    from spanner_cdc.lake.iceberg import _dispose
+
     layout, keep = layout_of(settings), keep or settings.current_state_keep
-    with _store(settings) as store:
-        lineage = store.get_lineage(_stream(settings), settings.namespace)
-        windows = []
-        for w in sorted(store.windows(lineage.id), key=lambda w: w.start):
-            if w.state != "COMPLETE" or (up_to is not None and w.end > up_to):
-                break  # a state holds every change before its end: never past a window still open
-            windows.append(w)
-        made: list[StateSummary] = []
-        marked = [w for w in windows if _marker(layout, w.end) is not None]
-        newest = marked[-1] if marked else None
-        # incremental: from the newest state on (older ones may be pruned); the first run replays from the snapshot
-        previous = None if newest is None else _marker(layout, newest.end)
-        for window in windows:
-            if newest is not None and window.end <= newest.end:
-                continue
-            summary = _step(settings, store, lineage.id, window, previous)
-            made.append(summary)
-            previous = _marker(layout, window.end)
-            log.info("%s: current state as of %s: %s", layout.stream, _z(window.end), summary.tables)
-        _prune(layout, [w.end for w in windows if _marker(layout, w.end) is not None], keep)
+    catalog = state_catalog(settings)
+    try:
+        with _store(settings) as store:
+            lineage = store.get_lineage(_stream(settings), settings.namespace)
+            windows = []
+            for w in sorted(store.windows(lineage.id), key=lambda w: w.start):
+                if w.state != "COMPLETE" or (up_to is not None and w.end > up_to):
+                    break  # a state holds every change before its end: never past a window still open
+                windows.append(w)
+            taken = store.snapshot(lineage.id)
+            if taken is not None and taken.complete:
+                snapshot: dict[str, list[str]] = {}
+                for part in store.snapshot_files(lineage.id):
+                    snapshot.setdefault(part.table, []).append(part.path)
+                _seed(settings, catalog, layout, taken.at, snapshot)
+            made: list[StateSummary] = []
+            for window in windows:
+                summary = _step(settings, catalog, layout, store, lineage.id, window)
+                if summary.snapshots:
+                    made.append(summary)
+                    log.info("%s: current state as of %s: %s", layout.stream, _z(window.end), summary.tables)
+            _expire(catalog, layout, keep)
+    finally:
+        _dispose(catalog)
     return made
+
+
+@dataclass
+class FoldSummary:
+    """What folding a state table's delete files did."""
+
+    table: str
+    snapshot_id: int | None  # None: the table had no delete file
+    replaced: int = 0
+    written: int = 0
+    deletes: int = 0
+
+
+def fold_state_deletes(settings: Settings) -> list[FoldSummary]:
+    """Maintenance of the state tables: each table's position deletes folded into its data files (a Spark task per
+    bucket that has any), in one snapshot per table; reads give the same rows before, during and after."""
+    from spanner_cdc.lake.iceberg import _dispose
+    from spanner_cdc.lake.state_table import commit_fold
+    from spanner_cdc.spark.session import spark_session
+    from spanner_cdc.spark.state_job import Candidate, StateTask, run_state_job
+
+    layout = layout_of(settings)
+    catalog = state_catalog(settings)
+    out = []
+    try:
+        io = _io_properties(catalog)
+        for table in known_tables(catalog, layout):
+            handle = _load(catalog, layout, table)
+            if handle is None or handle.current_snapshot() is None:
+                continue
+            bucketed = bool(handle.spec().fields)
+            planned = list(handle.scan().plan_files())
+            dirty = {p.file.partition[0] if bucketed else None for p in planned if p.delete_files}
+            if not dirty:
+                out.append(FoldSummary(table, None))
+                continue
+            groups: dict[int | None, list[Any]] = {}
+            for p in planned:
+                bucket = p.file.partition[0] if bucketed else None
+                if bucket in dirty:
+                    groups.setdefault(bucket, []).append(p)
+            tasks = [
+                StateTask("compact", table, handle.metadata_location, io, [], bucket,
+                          [Candidate(p.file.file_path, sorted(d.file_path for d in p.delete_files)) for p in group])
+                for bucket, group in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+            ]  # fmt: skip
+            files = run_state_job(spark_session(settings), tasks)
+            for _, _, data_file in files:
+                data_file.spec_id = handle.metadata.default_spec_id
+            replaced = [p.file for group in groups.values() for p in group]
+            deletes = len({d.file_path for p in planned for d in p.delete_files})
+            snapshot_id = commit_fold(handle, replaced, [f for _, _, f in files], {"spanner-cdc.maintenance": "fold-deletes"})
+            out.append(FoldSummary(table, snapshot_id, len(replaced), len(files), deletes))
+            log.info("%s: current state of %s: %d delete files folded, %d data files rewritten as %d", layout.stream, table,
+                     deletes, len(replaced), len(files))  # fmt: skip
+    finally:
+        _dispose(catalog)
+    return out

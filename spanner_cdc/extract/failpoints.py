@@ -19,7 +19,7 @@ FAILPOINTS = {
     "snapshot_after_job": "a snapshot table's Spark job ran; its files are not recorded",
     "snapshot_after_commit": "a snapshot table's files are recorded; the snapshot marker is not written",
     "snapshot_after_marker": "the snapshot marker is written; the snapshot is not marked complete",
-    "state_after_job": "a current state's files are published; its marker is not written yet",
+    "state_before_commit": "a window's (or the seed's) files of a current-state table are written; its snapshot is not committed yet",
 }
 _hits: dict[str, int] = {}
 _lock = threading.Lock()

@@ -1,13 +1,13 @@
-"""Current-state tables: one table's rows at a window end (previous state + the window's changes in commit order), typed
+"""Current-state tables, the pure part: Spanner values typed, a window's changes folded per key, the state's columns
 (the fold a task runs; extract/current_state.py runs it over the lineage's windows)."""
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -22,7 +22,6 @@ SCALAR_TYPES: dict[str, pa.DataType] = {
     "TIMESTAMP": TIMESTAMP, "DATE": pa.date32(), "BYTES": pa.binary(), "NUMERIC": pa.decimal128(38, 9), "JSON": pa.string(),
     "ENUM": pa.string(), "PROTO": pa.binary(),
 }  # fmt: skip
-SPANNER_TYPE_KEY = b"spanner_cdc.column_types"  # the state's column types, kept in the file's schema metadata
 ORDER_COLUMNS = ("commit_timestamp", "server_transaction_id", "record_sequence", "mod_index")
 CHANGE_COLUMNS = ("object", *ORDER_COLUMNS, "change_type", "keys", "new_values", "column_types", "value_capture_type")
 _FULL_ROW = ("NEW_ROW", "NEW_ROW_AND_OLD_VALUES")
@@ -33,7 +32,9 @@ def arrow_type(spanner_type: Mapping[str, Any]) -> pa.DataType:
     if code == "ARRAY":
         return pa.list_(arrow_type(spanner_type.get("array_element_type") or {"code": "STRING"}))
     if spanner_type.get("type_annotation") == "PG_NUMERIC":
-        return pa.string()  # PostgreSQL's numeric: any scale, up to 131072 digits, and NaN; no decimal type holds it: its text
+        return (
+            pa.string()
+        )  # PostgreSQL's numeric: any scale, up to 131072 digits, and NaN; no decimal type holds it: its text
     return SCALAR_TYPES.get(code, pa.string())  # anything else keeps the change stream's JSON text
 
 
@@ -62,7 +63,12 @@ def typed(spanner_type: Mapping[str, Any], value: Any) -> Any:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-@dataclass
+def is_full_row(change_type: str, capture: str) -> bool:
+    """A record that carries the whole row: it replaces the row, and a column it lacks is no longer the table's."""
+    return change_type == "INSERT" or (change_type == "UPDATE" and capture in _FULL_ROW)
+
+
+@dataclass(frozen=True)
 class Column:
     name: str
     type: dict[str, Any]
@@ -70,89 +76,111 @@ class Column:
     ordinal_position: int
 
 
-@dataclass
-class TableState:
-    """Rows by key (the key's JSON, canonical), each a dict column -> value as the change stream writes it."""
+def ordered(columns: Iterable[Column]) -> list[Column]:
+    """Key columns first, then in the table's order."""
+    return sorted(columns, key=lambda c: (not c.is_primary_key, c.ordinal_position, c.name))
+
+
+@dataclass(frozen=True)
+class SchemaFact:
+    """One distinct `column_types` text of a table seen in a window: whether a record carrying the whole row had it,
+    and the last commit that carried it (DDL falls between commits: one commit never carries two texts of a table)."""
 
     table: str
-    columns: dict[str, Column] = field(default_factory=dict)
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def _learn(self, column_types: list[dict[str, Any]], full_row: bool) -> None:
-        """New columns join (older rows get null); a record that carries the whole row and lacks a column drops it."""
-        seen = set()
-        for c in column_types:
-            seen.add(c["name"])
-            self.columns[c["name"]] = Column(c["name"], c["type"], bool(c["is_primary_key"]), int(c["ordinal_position"]))
-        if full_row:
-            for gone in [name for name in self.columns if name not in seen]:
-                del self.columns[gone]
-                for row in self.rows.values():
-                    row.pop(gone, None)
-
-    def apply(self, change_type: str, keys: dict[str, Any], new_values: dict[str, Any], column_types: list[dict[str, Any]], capture: str) -> None:
-        """One mod, in commit order: an INSERT replaces the row, an UPDATE sets the columns it carries, a DELETE removes it."""
-        key = json.dumps(keys, sort_keys=True, separators=(",", ":"))
-        self._learn(column_types, change_type == "INSERT" or (change_type == "UPDATE" and capture in _FULL_ROW))
-        if change_type == "DELETE":
-            self.rows.pop(key, None)
-        elif change_type == "INSERT" or capture in _FULL_ROW:
-            self.rows[key] = {**keys, **new_values}
-        else:  # NEW_VALUES / OLD_AND_NEW_VALUES: only the columns the transaction wrote
-            self.rows.setdefault(key, dict(keys)).update(new_values)
-
-    def ordered_columns(self) -> list[Column]:
-        return sorted(self.columns.values(), key=lambda c: (not c.is_primary_key, c.ordinal_position, c.name))
-
-    def to_arrow(self) -> pa.Table:
-        """One column per table column, named as in Spanner, typed from the records' column types; rows in key order."""
-        columns = self.ordered_columns()
-        metadata = {SPANNER_TYPE_KEY: json.dumps([c.__dict__ for c in columns]).encode()}
-        schema = pa.schema([pa.field(c.name, arrow_type(c.type)) for c in columns], metadata=metadata)
-        values = [[typed(c.type, r.get(c.name)) for c in columns] for r in self.rows.values()]
-        keys = [i for i, c in enumerate(columns) if c.is_primary_key]
-        values.sort(key=lambda row: tuple((row[i] is not None, row[i]) for i in keys))  # key order, NULL first as Spanner sorts
-        arrays = [pa.array([row[i] for row in values], type=schema.field(c.name).type) for i, c in enumerate(columns)]
-        return pa.Table.from_arrays(arrays, schema=schema)
-
-    @classmethod
-    def from_arrow(cls, table_name: str, data: pa.Table) -> TableState:
-        """A state written by to_arrow, back to the change stream's value forms (so the next window applies the same way)."""
-        state = cls(table_name)
-        meta = (data.schema.metadata or {}).get(SPANNER_TYPE_KEY)
-        for c in json.loads(meta) if meta else []:
-            state.columns[c["name"]] = Column(**c)
-        keys = [c.name for c in state.ordered_columns() if c.is_primary_key]
-        for row in data.to_pylist():
-            plain = {name: untyped(state.columns[name].type, value) for name, value in row.items()}
-            state.rows[json.dumps({k: plain[k] for k in keys}, sort_keys=True, separators=(",", ":"))] = plain
-        return state
+    column_types: str
+    full_row: bool
+    last: datetime
 
 
-def untyped(spanner_type: Mapping[str, Any], value: Any) -> Any:
-    """The inverse of `typed`: back to the change stream's JSON value."""
-    if value is None:
-        return None
-    code = str(spanner_type.get("code"))
-    if code == "ARRAY":
-        element = spanner_type.get("array_element_type") or {"code": "STRING"}
-        return [untyped(element, v) for v in value]
-    if code == "INT64" or isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if code == "JSON":
-        return value
-    return value
+def schema_facts(changes: pa.Table) -> list[SchemaFact]:
+    """A batch of lake rows (object, commit_timestamp, change_type, column_types, value_capture_type) -> its facts."""
+    if changes.num_rows == 0:
+        return []
+    import pyarrow.compute as pc
+
+    full = pc.or_(
+        pc.equal(changes.column("change_type"), "INSERT"),
+        pc.and_(
+            pc.equal(changes.column("change_type"), "UPDATE"),
+            pc.is_in(changes.column("value_capture_type"), pa.array(_FULL_ROW)),
+        ),
+    )
+    grouped = (
+        pa.table({"object": changes.column("object"), "column_types": changes.column("column_types"), "full": full,
+                  "at": changes.column("commit_timestamp")})
+        .group_by(["object", "column_types", "full"])
+        .aggregate([("at", "max")])
+    )  # fmt: skip
+    return [SchemaFact(r["object"], r["column_types"], r["full"], r["at_max"]) for r in grouped.to_pylist()]
 
 
-def apply_changes(states: dict[str, TableState], changes: Iterable[Mapping[str, Any]]) -> None:
-    """Lake rows (CHANGE_COLUMNS) in any order -> applied to `states` per table, in commit order."""
-    ordered = sorted(changes, key=lambda r: tuple(r[c] for c in ORDER_COLUMNS))
-    for r in ordered:
-        state = states.setdefault(r["object"], TableState(r["object"]))
-        state.apply(r["change_type"], json.loads(r["keys"]), json.loads(r["new_values"]), json.loads(r["column_types"]), r["value_capture_type"])
+def merge_facts(facts: Iterable[SchemaFact]) -> list[SchemaFact]:
+    """Facts of many batches -> one per (table, text, full_row), the latest commit kept."""
+    out: dict[tuple[str, str, bool], SchemaFact] = {}
+    for f in facts:
+        key = (f.table, f.column_types, f.full_row)
+        if key not in out or f.last > out[key].last:
+            out[key] = f
+    return list(out.values())
+
+
+def target_columns(facts: Sequence[SchemaFact], existing: Sequence[Column]) -> list[Column]:
+    """The table's columns after a window: as the records apply in commit order, the last whole-row record's columns
+    plus those of every later record (a column added mid-window); without one, the existing columns plus any new."""
+    full = [f for f in facts if f.full_row]
+    last_full = max(full, key=lambda f: f.last) if full else None
+    columns: dict[str, Column] = {} if last_full else {c.name: c for c in existing}
+    for fact in sorted(facts, key=lambda f: f.last):  # a later text's type and position win
+        if last_full is None or fact is last_full or fact.last > last_full.last:
+            for c in json.loads(fact.column_types):
+                columns[c["name"]] = Column(c["name"], c["type"], bool(c["is_primary_key"]), int(c["ordinal_position"]))
+    return ordered(columns.values())
+
+
+def key_text(keys: Mapping[str, Any]) -> str:
+    """A key's canonical JSON (typed values as text): equal keys, equal texts."""
+    return json.dumps({k: keys[k] for k in sorted(keys)}, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass
+class KeyChange:
+    """A key's net change over a window: `row` None is a delete; `whole` False means the row's other columns are
+    those it had before the window (partial updates of NEW_VALUES / OLD_AND_NEW_VALUES on top of the row found)."""
+
+    keys: dict[str, Any]
+    row: dict[str, Any] | None
+    whole: bool
+
+    def resolve(self, base: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """The row after the window, given the row before it (None: none was there)."""
+        if self.row is None or self.whole or base is None:
+            return self.row
+        return {**base, **self.row}
+
+
+def _typed_values(values: Mapping[str, Any], types: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    return {name: typed(types.get(name, {"code": "STRING"}), v) for name, v in values.items()}
+
+
+def fold(changes: Iterable[Mapping[str, Any]]) -> dict[str, KeyChange]:
+    """Lake rows (CHANGE_COLUMNS) of one table, in any order -> each key's net change, applying them in commit order:
+    an INSERT (or a whole-row UPDATE) replaces the row, an UPDATE sets the columns it carries, a DELETE removes it."""
+    out: dict[str, KeyChange] = {}
+    for r in sorted(changes, key=lambda r: tuple(r[c] for c in ORDER_COLUMNS)):
+        types = {c["name"]: c["type"] for c in json.loads(r["column_types"])}
+        keys = _typed_values(json.loads(r["keys"]), types)
+        text = key_text(keys)
+        if r["change_type"] == "DELETE":
+            out[text] = KeyChange(keys, None, True)
+            continue
+        values = _typed_values(json.loads(r["new_values"]), types)
+        before = out.get(text)
+        if is_full_row(r["change_type"], r["value_capture_type"]):
+            out[text] = KeyChange(keys, {**keys, **values}, True)
+        elif before is None:
+            out[text] = KeyChange(keys, {**keys, **values}, False)
+        elif before.row is None:  # updated after a delete in the window: the columns it carries, nothing older
+            out[text] = KeyChange(keys, {**keys, **values}, True)
+        else:
+            before.row.update(values)
+    return out

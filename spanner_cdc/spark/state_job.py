@@ -1,14 +1,15 @@
-"""The `spanner_current_state` data source: one Spark task per table, previous state + one window's changes -> new state."""
+"""The `spanner_current_state` data source: Spark tasks that seed a state table from snapshot files, or apply one
+window's changes to one key bucket of it (new row versions + position deletes); rows are the written files' entries."""
 
 from __future__ import annotations
 
+import base64
 import json
-import tempfile
+import pickle
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -18,28 +19,41 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from spanner_cdc.errors import ExtractError
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import TIMESTAMP
-from spanner_cdc.lake.current_state import CHANGE_COLUMNS, TableState, apply_changes
+from spanner_cdc.lake.current_state import CHANGE_COLUMNS, KeyChange, fold, key_text
 from spanner_cdc.spark import registry
-from spanner_cdc.spark.datasource import FILES_DDL
-from spanner_cdc.spark.executor import FILES_SCHEMA
 
 if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import StaticTable
     from pyspark.sql import SparkSession
 
 STATE_SOURCE = "spanner_current_state"
+STATE_DDL = "`table` STRING, `kind` STRING, `entry` STRING"  # kind: data or deletes; entry: the DataFile, pickled
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A data file of the bucket that may hold a changed key, with the position-delete files that apply to it."""
+
+    path: str
+    deletes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class StateTask:
-    """One table's step: its previous state (if any), the change files to apply (commits in [start, end)) and where to write."""
+    """One task: `seed` writes a snapshot file's rows (`inputs`) as data files, bucketed; `apply` applies the window's
+    changes (`inputs`: its change files, commits in [start, end)) whose key falls in `bucket` to `candidates`;
+    `compact` rewrites the bucket's `candidates` less their deleted rows as one data file."""
 
+    kind: str
     table: str
-    previous: str | None
-    snapshot: list[str]  # the initial snapshot's files: applied whole (every row is at T0, before the window)
-    changes: list[str]
-    start: datetime
-    end: datetime
-    destination: str
+    metadata_location: str
+    io: dict[str, str]
+    inputs: list[str]
+    bucket: int | None = None
+    candidates: list[Candidate] = field(default_factory=list)
+    start: datetime | None = None
+    end: datetime | None = None
 
 
 def _read(location: str, columns: list[str] | None = None) -> pa.Table:
@@ -48,37 +62,211 @@ def _read(location: str, columns: list[str] | None = None) -> pa.Table:
     return pq.read_table(storage.bare(location), columns=columns, filesystem=storage.filesystem(location))
 
 
-def step(task: StateTask) -> pa.RecordBatch:
-    """Executor side: fold the table's changes into its previous state, publish the new state whole; its listing."""
-    import pyarrow.parquet as pq
+def _open(task: StateTask) -> StaticTable:
+    from pyiceberg.table import StaticTable
 
-    states = {task.table: TableState.from_arrow(task.table, _read(task.previous)) if task.previous else TableState(task.table)}
-    for path in task.snapshot:
-        apply_changes(states, _read(path, list(CHANGE_COLUMNS)).to_pylist())
+    return StaticTable.from_metadata(task.metadata_location, properties=task.io)
+
+
+def _bucketer(handle: StaticTable) -> tuple[str | None, Any]:
+    """(the bucketed key column, value -> bucket) of the table's spec; (None, None) when unpartitioned."""
+    spec, schema = handle.metadata.spec(), handle.schema()
+    if not spec.fields:
+        return None, None
+    part = spec.fields[0]
+    source = schema.find_field(part.source_id)
+    return source.name, part.transform.transform(source.field_type)
+
+
+def _partition(handle: StaticTable, column: str | None, bucket: int | None) -> Any:
+    """The partition key of a bucket (pyiceberg takes the transformed value)."""
+    from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+
+    if column is None:
+        return None
+    spec, schema = handle.metadata.spec(), handle.schema()
+    return PartitionKey([PartitionFieldValue(spec.fields[0], bucket)], spec, schema)
+
+
+def _write_rows(handle: StaticTable, rows: list[dict[str, Any]], partition_key: Any) -> DataFile:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow, write_file
+    from pyiceberg.table import WriteTask
+
+    schema = handle.schema()
+    arrow = schema_to_pyarrow(schema, include_field_ids=False)
+    keys = [schema.find_field(i).name for i in schema.identifier_field_ids]
+    rows.sort(key=lambda r: tuple((r[k] is not None, r[k]) for k in keys))  # key order, as the table's sort order says
+    data = pa.Table.from_pylist([{name: r.get(name) for name in arrow.names} for r in rows], schema=arrow)
+    task = WriteTask(uuid.uuid4(), 0, schema, data.to_batches(), partition_key=partition_key)
+    return next(iter(write_file(handle.io, handle.metadata, iter([task]))))
+
+
+def _entry(table: str, kind: str, data_file: DataFile) -> dict[str, str]:
+    return {"table": table, "kind": kind, "entry": base64.b64encode(pickle.dumps(data_file)).decode()}
+
+
+def seed(task: StateTask) -> list[dict[str, str]]:
+    """Executor side: one snapshot file's rows (every one an INSERT at T0) -> a data file per key bucket."""
+    handle = _open(task)
+    column, bucket_of = _bucketer(handle)
+    by_bucket: dict[int | None, list[dict[str, Any]]] = {}
+    for path in task.inputs:
+        rows = _read(path, list(CHANGE_COLUMNS)).to_pylist()
+        for change in fold(rows).values():
+            if change.row is not None:
+                by_bucket.setdefault(bucket_of(change.row[column]) if column else None, []).append(change.row)
+    return [_entry(task.table, "data", _write_rows(handle, rows, _partition(handle, column, b))) for b, rows in by_bucket.items()]
+
+
+def _window_changes(task: StateTask) -> list[dict[str, Any]]:
+    assert task.start is not None and task.end is not None
     bounds = pa.scalar(task.start, TIMESTAMP), pa.scalar(task.end, TIMESTAMP)
-    window: list[dict[str, Any]] = []
-    for path in task.changes:
+    rows: list[dict[str, Any]] = []
+    for path in task.inputs:
         data = _read(path, list(CHANGE_COLUMNS))
         stamp = data.column("commit_timestamp")
-        # a file of a token that fell behind may hold other windows' commits: only this window's are applied
-        window += data.filter(pc.and_(pc.greater_equal(stamp, bounds[0]), pc.less(stamp, bounds[1]))).to_pylist()
-    apply_changes(states, window)  # in commit order across the files: a parent's and its children's changes interleave
-    table = states[task.table].to_arrow()
-    scratch = storage.scratch_for(task.destination, Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex)
-    pq.write_table(table, scratch, compression="snappy")
-    size = storage.put_file(scratch, task.destination)
-    return pa.RecordBatch.from_arrays(
-        [pa.array([task.table]), pa.array([task.destination]), pa.array([table.num_rows], pa.int64()), pa.array([size], pa.int64())],
-        schema=FILES_SCHEMA,
+        # a file of a token that fell behind may hold other windows' commits: only this window's, of this table
+        keep = pc.and_(
+            pc.equal(data.column("object"), task.table),
+            pc.and_(pc.greater_equal(stamp, bounds[0]), pc.less(stamp, bounds[1])),
+        )
+        rows += data.filter(keep).to_pylist()
+    return rows
+
+
+def _deleted_positions(handle: StaticTable, candidate: Candidate, cache: dict[str, pa.Table] | None = None) -> set[int]:
+    """The positions of a data file that its delete files remove (each delete file read once per task with `cache`)."""
+    import pyarrow.parquet as pq
+
+    out: set[int] = set()
+    for path in candidate.deletes:
+        data = cache.get(path) if cache is not None else None
+        if data is None:
+            with handle.io.new_input(path).open() as stream:
+                data = pq.read_table(stream)
+            if cache is not None:
+                cache[path] = data
+        out.update(data.filter(pc.equal(data.column("file_path"), candidate.path)).column("pos").to_pylist())
+    return out
+
+
+def apply(task: StateTask) -> list[dict[str, str]]:
+    """Executor side: the window's net change of every key in the bucket; the live rows those keys had (found by the
+    key columns of the bucket's files) are deleted by position and their new versions written to one new data file."""
+    import pyarrow.parquet as pq
+
+    handle = _open(task)
+    column, bucket_of = _bucketer(handle)
+    changes = {
+        k: c
+        for k, c in fold(_window_changes(task)).items()
+        if column is None or bucket_of(c.keys[column]) == task.bucket
+    }
+    if not changes:
+        return []
+    schema = handle.schema()
+    keys = [schema.find_field(i).name for i in schema.identifier_field_ids]
+    firsts = pa.array(sorted({c.keys[keys[0]] for c in changes.values()}, key=repr))
+    bases: dict[str, dict[str, Any]] = {}
+    positions: list[tuple[str, int]] = []
+    cache: dict[str, pa.Table] = {}  # a window's delete file names many of the bucket's data files
+    for candidate in task.candidates:
+        with handle.io.new_input(candidate.path).open() as stream:
+            parquet = pq.ParquetFile(stream)
+            key_columns = parquet.read(columns=keys)
+            hits = pc.indices_nonzero(
+                pc.is_in(key_columns.column(keys[0]), firsts.cast(key_columns.schema.field(keys[0]).type))
+            ).to_pylist()
+            deleted = _deleted_positions(handle, candidate, cache) if hits else set()
+            found = [
+                (pos, key_text({k: key_columns.column(k)[pos].as_py() for k in keys}))
+                for pos in hits
+                if pos not in deleted
+            ]
+            found = [(pos, text) for pos, text in found if text in changes]
+            partial = [(pos, text) for pos, text in found if not changes[text].whole and changes[text].row is not None]
+            if partial:  # NEW_VALUES / OLD_AND_NEW_VALUES: the row's other columns, as it was
+                whole = parquet.read().take([pos for pos, _ in partial]).to_pylist()
+                bases.update({text: row for (_, text), row in zip(partial, whole, strict=True)})
+        positions += [(candidate.path, pos) for pos, _ in found]
+    rows = [row for text, change in changes.items() if (row := _resolved(change, bases.get(text))) is not None]
+    partition = _partition(handle, column, task.bucket)
+    out = [_entry(task.table, "data", _write_rows(handle, rows, partition))] if rows else []
+    if positions:
+        out.append(_entry(task.table, "deletes", _write_deletes(handle, positions, partition)))
+    return out
+
+
+def _resolved(change: KeyChange, base: dict[str, Any] | None) -> dict[str, Any] | None:
+    return change.resolve(base)
+
+
+def _write_deletes(handle: StaticTable, positions: list[tuple[str, int]], partition_key: Any) -> DataFile:
+    """An Iceberg v2 position-delete file: (file_path, pos) of each replaced or deleted row, sorted by both."""
+    import pyarrow.parquet as pq
+    from pyiceberg.table.locations import load_location_provider
+    from pyiceberg.typedef import Record
+
+    from spanner_cdc.lake.state_table import DELETE_SCHEMA, delete_data_file
+
+    positions.sort()
+    data = pa.table(
+        [pa.array([p for p, _ in positions]), pa.array([n for _, n in positions], pa.int64())], schema=DELETE_SCHEMA
     )
+    provider = load_location_provider(
+        table_location=handle.metadata.location, table_properties=handle.metadata.properties
+    )
+    path = provider.new_data_location(f"deletes-{uuid.uuid4()}.parquet", partition_key=partition_key)
+    output = handle.io.new_output(path)
+    with output.create(overwrite=False) as stream:
+        pq.write_table(data, stream, compression="zstd")
+    size = len(output)
+    files = {p for p, _ in positions}
+    partition = partition_key.partition if partition_key is not None else Record()
+    return delete_data_file(
+        handle, path, len(positions), size, partition, next(iter(files)) if len(files) == 1 else None
+    )
+
+
+def compact(task: StateTask) -> list[dict[str, str]]:
+    """Executor side: the bucket's data files, less the rows their position deletes remove, as one data file."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    handle = _open(task)
+    column, _ = _bucketer(handle)
+    arrow = schema_to_pyarrow(handle.schema(), include_field_ids=False)
+    rows: list[dict[str, Any]] = []
+    cache: dict[str, pa.Table] = {}
+    for candidate in task.candidates:
+        with handle.io.new_input(candidate.path).open() as stream:
+            data = pq.read_table(stream)
+        deleted = _deleted_positions(handle, candidate, cache)
+        if deleted:
+            data = data.filter(pa.array([i not in deleted for i in range(data.num_rows)]))
+        # by name: an older file lacks a column added since (null) and keeps one dropped since (left out)
+        rows += [{name: row.get(name) for name in arrow.names} for row in data.to_pylist()]
+    if not rows:
+        return []
+    return [_entry(task.table, "data", _write_rows(handle, rows, _partition(handle, column, task.bucket)))]
+
+
+def decode_entry(text: str) -> DataFile:
+    return pickle.loads(base64.b64decode(text))  # noqa: S301 (written by this job's own tasks)
 
 
 def _tasks(options: Mapping[str, str]) -> list[StateTask]:
     out = []
     for t in json.loads(options["tasks"]):
-        t["start"], t["end"] = datetime.fromisoformat(t["start"]), datetime.fromisoformat(t["end"])
+        for bound in ("start", "end"):
+            t[bound] = datetime.fromisoformat(t[bound]) if t.get(bound) else None
+        t["candidates"] = [Candidate(**c) for c in t.get("candidates", [])]
         out.append(StateTask(**t))
     return out
+
+
+def run_task(task: StateTask) -> list[dict[str, str]]:
+    return {"seed": seed, "apply": apply, "compact": compact}[task.kind](task)
 
 
 class StateReader(DataSourceReader):
@@ -89,29 +277,39 @@ class StateReader(DataSourceReader):
         return [InputPartition(i) for i in range(len(json.loads(self.options["tasks"])))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        yield step(_tasks(self.options)[int(partition.value)])
+        for row in run_task(_tasks(self.options)[int(partition.value)]):
+            yield (row["table"], row["kind"], row["entry"])
 
 
 class StateDataSource(DataSource):
-    """`spark.read.format("spanner_current_state").option("tasks", json).load()`: rows are the written state files."""
+    """`spark.read.format("spanner_current_state").option("tasks", json).load()`: rows are the written files' entries."""
 
     @classmethod
     def name(cls) -> str:
         return STATE_SOURCE
 
     def schema(self) -> str:
-        return FILES_DDL
+        return STATE_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
         return StateReader(self.options)
 
 
-def run_state_job(spark: SparkSession, tasks: list[StateTask]) -> list[dict[str, Any]]:
-    """Driver side: a task per table; only the listing of the written states comes back."""
+def _payload(tasks: list[StateTask]) -> str:
+    def plain(t: StateTask) -> dict[str, Any]:
+        out = asdict(t)
+        out["start"], out["end"] = (t.start.isoformat() if t.start else None), (t.end.isoformat() if t.end else None)
+        return out
+
+    return json.dumps([plain(t) for t in tasks])
+
+
+def run_state_job(spark: SparkSession, tasks: list[StateTask]) -> list[tuple[str, str, DataFile]]:
+    """Driver side: the tasks run in Spark; only the written files' entries (table, kind, DataFile) come back."""
     registry.register(spark, StateDataSource)
-    payload = json.dumps([{**t.__dict__, "start": t.start.isoformat(), "end": t.end.isoformat()} for t in tasks])
     try:
-        return [row.asDict() for row in spark.read.format(STATE_SOURCE).schema(FILES_DDL).option("tasks", payload).load().collect()]
+        rows = spark.read.format(STATE_SOURCE).schema(STATE_DDL).option("tasks", _payload(tasks)).load().collect()
     except Exception as exc:  # pyspark raises its own (classic or Connect) exception types
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
         raise ExtractError(f"the current-state job failed in Spark: {text}") from exc
+    return [(row["table"], row["kind"], decode_entry(row["entry"])) for row in rows]

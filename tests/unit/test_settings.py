@@ -147,7 +147,8 @@ def test_a_bad_spark_master_is_named_without_its_token() -> None:
 
 
 def test_the_iceberg_catalog_is_off_store_or_a_catalog_url() -> None:
-    assert load_settings(env={}).iceberg_catalog == "off"
+    assert load_settings(env={}).iceberg_catalog == "store"  # on by default
+    assert load_settings(env={"SPANNER_CDC_ICEBERG_CATALOG": "OFF"}).iceberg_catalog == "off"
     assert load_settings(env={"SPANNER_CDC_ICEBERG_CATALOG": "Store"}).iceberg_catalog == "store"
     assert load_settings({"iceberg_catalog": "https://catalog.example/api/"}).iceberg_catalog == "https://catalog.example/api"
     assert load_settings({"iceberg_catalog": "thrift://metastore:9083"}).iceberg_catalog == "thrift://metastore:9083"
@@ -167,6 +168,17 @@ def test_a_subprocess_does_not_inherit_pyspark_connect_markers(monkeypatch: pyte
     env = subprocess_env(Settings(spark_master="spark://127.0.0.1:7077"))
     assert "SPARK_CONNECT_MODE_ENABLED" not in env and "SPARK_REMOTE" not in env
     assert env["SPANNER_CDC_SPARK_MASTER"] == "spark://127.0.0.1:7077"
+
+
+def test_the_target_file_size_is_a_byte_size_with_units() -> None:
+    assert load_settings(env={}).target_file_size == 256 << 20
+    assert load_settings(env={"SPANNER_CDC_TARGET_FILE_SIZE": "512MB"}).target_file_size == 512 << 20
+    assert load_settings({"target_file_size": "64 MiB"}).target_file_size == 64 << 20
+    assert load_settings({"target_file_size": 4096}).target_file_size == 4096
+    assert load_settings({"target_file_size": "1gb"}).target_file_size == 1 << 30
+    for bad in ("lots", "12 PB", "100", "32GB", -5, True):
+        with pytest.raises(ConfigError, match=r"target.file.size.*a size in bytes from 1KB to 16GB"):
+            load_settings({"target_file_size": bad})
 
 
 # Each tuning knob: its default, a value it takes from the environment (as it did when read deep in extract, spark

@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import base64
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow as pa
 import pytest
 from google.cloud import spanner
 
-from spanner_cdc.extract.current_state import update_current_state
+from spanner_cdc.extract.current_state import fold_state_deletes, state_catalog, update_current_state
 from spanner_cdc.extract.snapshot import run_snapshot
 from spanner_cdc.extract.window import run_window
 from spanner_cdc.lake.layout import LakeLayout
+from spanner_cdc.lake.state_table import applied_ends, read_state, snapshot_at, state_identifier
 from spanner_cdc.store import MetadataStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(120)]
@@ -79,13 +78,30 @@ def source_at(database: Any, dialect: Dialect, table: str, at: datetime, columns
     return [{k: base64.b64decode(v) if isinstance(v, bytes) else v for k, v in row.items()} for row in rows]
 
 
-def state_rows(layout: LakeLayout, table: str, as_of: datetime) -> tuple[list[str], list[dict[str, Any]]]:
-    data = pq.read_table(layout.state_object(table, as_of))
+def _rows(data: pa.Table) -> tuple[list[str], list[dict[str, Any]]]:
     rows = data.to_pylist()
-    if "Amount" in data.column_names and data.schema.field("Amount").type == "string":
+    amount = data.schema.field("Amount").type if "Amount" in data.column_names else None
+    if amount is not None and (pa.types.is_string(amount) or pa.types.is_large_string(amount)):
         # PostgreSQL's numeric has no fixed scale (and NaN): the state keeps its text, the client reads a Decimal
         rows = [{**r, "Amount": None if r["Amount"] is None else Decimal(r["Amount"])} for r in rows]
     return data.column_names, rows
+
+
+def state_rows(settings: Any, layout: LakeLayout, table: str, as_of: datetime) -> tuple[list[str], list[dict[str, Any]]]:
+    """The state table's snapshot of the window ending at `as_of`, read by pyiceberg and by Daft's native Iceberg
+    reader (no code of pyiceberg's on its read path): both must give the same rows."""
+    import daft
+
+    catalog = state_catalog(settings)
+    handle = catalog.load_table(state_identifier(layout, table))
+    snapshot_id = snapshot_at(handle, as_of)
+    assert snapshot_id is not None, (table, as_of)
+    data = read_state(handle, snapshot_id)
+    keys = [handle.schema().find_field(i).name for i in handle.schema().identifier_field_ids]
+    other = daft.read_iceberg(handle, snapshot_id=snapshot_id).to_arrow()
+    other = other.sort_by([(k, "ascending") for k in keys]) if other.num_rows else other
+    assert other.column_names == data.column_names and other.to_pylist() == data.to_pylist(), (table, as_of)
+    return _rows(data)
 
 
 def workload(database: Any, local_spanner: Any, dialect: Dialect) -> tuple[list[datetime], list[dict[str, Any]]]:
@@ -144,23 +160,41 @@ def test_the_state_at_each_window_end_is_the_source_read_then_for_each_capture_t
         first = update_current_state(s, up_to=bounds[1], keep=2)
         # the snapshot (the rows written before T0 are in no window) plus window 1's changes
         assert [m.as_of for m in first] == bounds[1:2] and list(first[0].tables) == ["Accounts"], name  # no Ledger yet
-        columns, rows = state_rows(layout, "Accounts", bounds[1])
+        columns, rows = state_rows(s, layout, "Accounts", bounds[1])
         assert columns == [*ACCOUNTS, "Legacy"], name
         assert rows == first_source, name
-        # incremental: the second state from the first plus one window; keep=1 deletes the first
+        assert first[0].tables == {"Accounts": len(first_source)}, name  # the summary's count: data rows less deletes
+        # incremental: the second window on top of the first; keep=1 expires the first window's snapshot
         second = update_current_state(s, keep=1)
         assert [m.as_of for m in second] == bounds[2:] and sorted(second[0].tables) == ["Accounts", "Ledger"], name
-        columns, rows = state_rows(layout, "Accounts", bounds[2])
+        columns, rows = state_rows(s, layout, "Accounts", bounds[2])
         assert columns == [*ACCOUNTS, "Note"], name  # the column added mid-window, typed; the dropped one gone
         assert rows == source_at(database, dialect, "Accounts", before[bounds[2]], columns), name
-        columns, ledger = state_rows(layout, "Ledger", bounds[2])  # the table created mid-window, typed
+        columns, ledger = state_rows(s, layout, "Ledger", bounds[2])  # the table created mid-window, typed
         assert columns == LEDGER and len(ledger) == 3, name
         assert ledger == source_at(database, dialect, "Ledger", before[bounds[2]], columns), name
-        assert not Path(layout.state_location("Accounts", bounds[1])).exists()
-        assert update_current_state(s, keep=1) == [] and state_rows(layout, "Accounts", bounds[2])[1] == rows  # a re-run: nothing new
+        catalog = state_catalog(s)
+        accounts = catalog.load_table(state_identifier(layout, "Accounts"))
+        assert snapshot_at(accounts, bounds[1]) is None and snapshot_at(accounts, bounds[2]) is not None, name
+        assert update_current_state(s, keep=1) == [] and state_rows(s, layout, "Accounts", bounds[2])[1] == rows  # a re-run: nothing new
+        # maintenance folds the position deletes into data files: the current snapshot reads the same, without deletes
+        folded = {f.table: f for f in fold_state_deletes(s)}
+        assert folded["Accounts"].snapshot_id is not None and folded["Accounts"].deletes > 0, name
+        accounts = catalog.load_table(state_identifier(layout, "Accounts"))
+        assert not any(task.delete_files for task in accounts.scan().plan_files()), name
+        current = accounts.current_snapshot()
+        assert current is not None and _rows(read_state(accounts, current.snapshot_id))[1] == rows, name
+        assert state_rows(s, layout, "Accounts", bounds[2])[1] == rows  # the window's own snapshot reads as before
+        assert all(f.snapshot_id is None for f in fold_state_deletes(s)), name  # nothing left to fold
+        assert update_current_state(s, keep=1) == [], name  # the fold is no window
         if name == next(iter(settings)):
             # no state left: the snapshot plus the change log alone give the source at each window end again
-            shutil.rmtree(layout.current_location)
+            for table in ("Accounts", "Ledger"):
+                catalog.drop_table(state_identifier(layout, table))
             assert [m.as_of for m in update_current_state(s, keep=2)] == bounds[1:], name
-            assert state_rows(layout, "Accounts", bounds[1])[1] == first_source and state_rows(layout, "Accounts", bounds[2])[1] == rows
-            assert state_rows(layout, "Ledger", bounds[2])[1] == ledger and "Ledger" not in first[0].tables
+            assert state_rows(s, layout, "Accounts", bounds[1])[1] == first_source and state_rows(s, layout, "Accounts", bounds[2])[1] == rows
+            assert state_rows(s, layout, "Ledger", bounds[2])[1] == ledger and "Ledger" not in first[0].tables
+            # one snapshot per window, named by its end (keep=2: the seed's, the state at T0, is expired)
+            rebuilt = catalog.load_table(state_identifier(layout, "Accounts"))
+            assert sorted(applied_ends(rebuilt)) == [b.isoformat() for b in bounds[1:]] and len(rebuilt.snapshots()) == 2, name
+            assert sorted(applied_ends(catalog.load_table(state_identifier(layout, "Ledger")))) == [bounds[2].isoformat()], name

@@ -16,11 +16,11 @@ import pytest
 from google.cloud import spanner
 
 from spanner_cdc.cli.main import main
+from spanner_cdc.extract.current_state import state_catalog
 from spanner_cdc.extract.snapshot import MICROSECOND, run_snapshot
-from spanner_cdc.lake import storage
-from spanner_cdc.lake.current_state import TableState
 from spanner_cdc.lake.layout import LakeLayout, published_locations
 from spanner_cdc.lake.snapshot import read_snapshot_marker
+from spanner_cdc.lake.state_table import read_state, snapshot_at, state_identifier
 from spanner_cdc.orchestration.snapshot_task import first_snapshot
 from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
@@ -158,17 +158,30 @@ def test_snapshot_and_state_jobs_killed_then_rerun_are_exact(
         batch.delete("Events", spanner.KeySet(keys=[[5]]))
     end = datetime.now(UTC)
     window = ["extract", "--window-start", at.isoformat(), "--window-end", end.isoformat(), "--current-state"]
-    killed, _ = run_cli(settings, *window, command=(), SPANNER_CDC_FAILPOINT="state_after_job:1")
-    assert killed == -signal.SIGKILL and not storage.exists(layout.state_marker_location(end))
+    killed, _ = run_cli(settings, *window, command=(), SPANNER_CDC_FAILPOINT="state_before_commit:1")
+    catalog = state_catalog(settings)
+    accounts = catalog.load_table(state_identifier(layout, "Accounts"))
+    assert killed == -signal.SIGKILL and snapshot_at(accounts, end) is None  # the window's files written, not committed
     code, out = run_cli(settings, *window, command=())
     assert code == 0 and [s["as_of"] for s in json.loads(out)["current_state"]] == [end.isoformat().replace("+00:00", "Z")]
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for table in ("Accounts", "Events"):
-        state = TableState.from_arrow(table, pq.read_table(layout.state_object(table, end)))
-        keys = [c.name for c in state.ordered_columns() if c.is_primary_key]
-        for row in state.rows.values():
-            found[(table, json.dumps({k: row[k] for k in keys}, sort_keys=True))] = {c: v for c, v in row.items() if c not in keys}
+        handle = catalog.load_table(state_identifier(layout, table))
+        snapshot_id = snapshot_at(handle, end)
+        assert snapshot_id is not None
+        keys = [handle.schema().find_field(i).name for i in handle.schema().identifier_field_ids]
+        for row in read_state(handle, snapshot_id).to_pylist():
+            plain = {c: _as_json(v) for c, v in row.items()}  # the change stream's JSON form of each value
+            found[(table, json.dumps({k: plain[k] for k in keys}, sort_keys=True))] = {c: v for c, v in plain.items() if c not in keys}
     assert found == source_at(database, end - MICROSECOND)
+
+
+def _as_json(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
 
 
 def test_snapshot_times_outside_what_spanner_keeps_are_refused_in_one_line(
