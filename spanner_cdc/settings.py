@@ -28,6 +28,7 @@ from spanner_cdc.validators import (
 
 ENV_PREFIX = "SPANNER_CDC_"
 CONFIG_ENV = "SPANNER_CDC_CONFIG"
+EMULATOR_HOST_ENV = "SPANNER_EMULATOR_HOST"  # the Spanner client library's own variable
 DIALECTS = ("auto", *names.DIALECTS)
 SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)\])?|spark://[^/\s]+:\d+|sc://[^/\s]+(:\d+)?(/.*)?)$")
 
@@ -227,8 +228,8 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
             if key not in Settings.field_names():
                 raise ConfigError(f"{config_path}: {key}", value, "one of " + ", ".join(Settings.field_names()))
             raw[key] = (f"{key} (in {config_path})", value)
-    if "SPANNER_EMULATOR_HOST" in env:
-        raw["emulator_host"] = ("SPANNER_EMULATOR_HOST", env["SPANNER_EMULATOR_HOST"])
+    if EMULATOR_HOST_ENV in env:
+        raw["emulator_host"] = (EMULATOR_HOST_ENV, env[EMULATOR_HOST_ENV])
     for name in Settings.field_names():
         env_name = ENV_PREFIX + name.upper()
         if env_name in env and name != "streams" and not (name in TUNING_FIELDS and not env[env_name].strip()):
@@ -252,12 +253,21 @@ SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url"
 
 
 def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """This process's environment with SPANNER_CDC_* replaced so a `spanner-cdc` subprocess uses `settings`."""
+    """This process's environment with SPANNER_CDC_* replaced so a `spanner-cdc` subprocess uses `settings`.
+
+    A setting that is unset (None) stays out, so the child takes its default (the embedded metadata store, no
+    stream, no emulator) rather than the text "None"."""
     # nor pyspark's Connect markers of this process (a spark-submit child on a standalone master failed with them)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX) and k not in names.SPARK_CONNECT_MARKERS}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(ENV_PREFIX) and k != EMULATOR_HOST_ENV and k not in names.SPARK_CONNECT_MARKERS
+    }
     for name in SUBPROCESS_FIELDS:
         value = getattr(settings, name)
-        env[ENV_PREFIX + name.upper()] = str(value.total_seconds() if isinstance(value, timedelta) else value)
-    env["SPANNER_EMULATOR_HOST"] = str(settings.emulator_host)
+        if value is not None:
+            env[ENV_PREFIX + name.upper()] = str(value.total_seconds() if isinstance(value, timedelta) else value)
+    if settings.emulator_host is not None:
+        env[EMULATOR_HOST_ENV] = settings.emulator_host
     env.update(extra)
     return env

@@ -225,3 +225,20 @@ def test_a_subprocess_gets_the_tuning_of_the_settings() -> None:
     env = subprocess_env(Settings(metadata_url="postgresql://u@h/db", task_tokens=3, lake_writer="spark"))
     assert (env["SPANNER_CDC_TASK_TOKENS"], env["SPANNER_CDC_LAKE_WRITER"]) == ("3", "spark")
     assert load_settings({}, env=env).task_tokens == 3
+
+
+def test_a_subprocess_gets_no_text_none_for_an_unset_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """str(None) reached the child: it refused the URL "None", and took "None" for a stream name."""
+    from spanner_cdc.settings import Settings, subprocess_env
+
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", "127.0.0.1:1")  # this process's, not what the settings say
+    env = subprocess_env(Settings())
+    assert "None" not in env.values()
+    for unset in ("SPANNER_CDC_METADATA_URL", "SPANNER_CDC_STREAM", "SPANNER_EMULATOR_HOST"):
+        assert unset not in env
+    child = load_settings({}, env=env)
+    assert (child.metadata_url, child.stream, child.emulator_host) == (None, None, None)
+
+    given = Settings(stream="Orders", metadata_url="postgresql://u@h/db", emulator_host="localhost:9010")
+    child = load_settings({}, env=subprocess_env(given))
+    assert (child.stream, child.metadata_url, child.emulator_host) == ("Orders", "postgresql://u@h/db", "localhost:9010")
