@@ -199,10 +199,18 @@ def _replace(table: Table, held: list[Any], paths: list[str], properties: dict[s
         update = tx.update_snapshot(snapshot_properties=properties)
         # a first commit only appends: a new manifest, without reading the table's existing ones
         with update.overwrite() if held else update.fast_append() as snapshot:
-            for old in held:
-                snapshot.delete_data_file(old)
-            for new in data_files:
-                snapshot.append_data_file(new)
+            _swap(snapshot, held, data_files)
+    return _committed(table, data_files, held, started)
+
+
+def _swap(snapshot: Any, held: list[Any], data_files: list[Any]) -> None:
+    for old in held:
+        snapshot.delete_data_file(old)
+    for new in data_files:
+        snapshot.append_data_file(new)
+
+
+def _committed(table: Table, data_files: list[Any], held: list[Any], started: float) -> WindowCommit:
     current = table.current_snapshot()
     return WindowCommit(current.snapshot_id if current else None, len(data_files), len(held), time.monotonic() - started)
 
@@ -371,12 +379,8 @@ def _compact(table: Table, held: list[Any], paths: list[str], properties: dict[s
     with table.transaction() as tx:
         data_files = list(_parquet_files_to_data_files(tx.table_metadata, paths, table.io))
         with Rewrite(operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=properties) as snapshot:
-            for old in held:
-                snapshot.delete_data_file(old)
-            for new in data_files:
-                snapshot.append_data_file(new)
-    current = table.current_snapshot()
-    return WindowCommit(current.snapshot_id if current else None, len(data_files), len(held), time.monotonic() - started)
+            _swap(snapshot, held, data_files)
+    return _committed(table, data_files, held, started)
 
 
 def expire_snapshots(table: Table, older_than: datetime) -> int:

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spanner_cdc.lake import storage
-from spanner_cdc.lake.columns import PARTITION_COLUMN
+from spanner_cdc.lake.columns import rows_by_table
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
 from spanner_cdc.lake.layout import task_file_stem, task_object_name, token_digest
 from spanner_cdc.model.records import ChangeRecord, DataChangeRecord
@@ -151,11 +150,7 @@ class TableFiles:
         self.pending_bytes = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
-        tables = batch.column(PARTITION_COLUMN)
-        data = batch.drop_columns([PARTITION_COLUMN])
-        names = pc.unique(tables).to_pylist()
-        for table in names:
-            rows = data if len(names) == 1 else data.filter(pc.equal(tables, table))
+        for table, rows in rows_by_table(batch):
             self.pending.setdefault(table, []).append(rows)
             self.pending_rows[table] = self.pending_rows.get(table, 0) + rows.num_rows
             self.pending_bytes += rows.nbytes

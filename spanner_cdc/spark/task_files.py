@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spanner_cdc.lake import layout, storage
-from spanner_cdc.lake.columns import PARTITION_COLUMN
+from spanner_cdc.lake.columns import rows_by_table
 from spanner_cdc.spark.spec import TokenJobSpec
 
 ROW_GROUP_ROWS = 65_536
@@ -40,11 +39,7 @@ class TokenSpool:
         self.rows: dict[str, int] = {}
 
     def write(self, batch: pa.RecordBatch) -> None:
-        tables = batch.column(PARTITION_COLUMN)
-        data = batch.drop_columns([PARTITION_COLUMN])
-        names = pc.unique(tables).to_pylist()
-        for table in names:
-            rows = data if len(names) == 1 else data.filter(pc.equal(tables, table))
+        for table, rows in rows_by_table(batch):
             if table not in self.writers:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 self.paths[table] = path = self.directory / f"{len(self.paths):05d}.arrows"
