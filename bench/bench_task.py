@@ -1,4 +1,4 @@
-"""Benchmark: one wave task's own work (read a small token, land its files and control file) in this process, without Spark."""
+"""Benchmark: one wave task's own work (read a small token, land its files and summary row) in this process, without Spark."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spanner_cdc.extract.planning import root_partitions
     from spanner_cdc.lineage.rules import inclusive_end
     from spanner_cdc.source.client import stream_metadata
-    from spanner_cdc.spark.executor import land_token
+    from spanner_cdc.spark.executor import land_wave_tokens
     from spanner_cdc.spark.spec import TokenJobSpec
 
     with tempfile.TemporaryDirectory(prefix="bench-task-") as name, LocalSpanner(
@@ -51,16 +51,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             for n, root in enumerate(roots)
         ]
         began = time.perf_counter()
-        list(land_token(specs[0]))  # the first task of a worker also opens its Spanner client
+        list(land_wave_tokens([specs[0]], 1))  # the first task of a worker also opens its Spanner client
         first_s = time.perf_counter() - began
         profile = cProfile.Profile()
         began = time.perf_counter()
         with profile if args.profile else nullcontext():
             for spec in specs[1:]:
-                list(land_token(spec))
+                list(land_wave_tokens([spec], 1))
         per_token = (time.perf_counter() - began) / max(1, len(specs) - 1)
     print(f"{COMMAND} --tokens {args.tokens} --transactions {args.transactions}: one process, no Spark")
-    print(f"  first token (with the worker's client) {first_s:.3f} s; each next token {per_token * 1000:.1f} ms (read, land, control file)")
+    print(f"  first token (with the worker's client) {first_s:.3f} s; each next token {per_token * 1000:.1f} ms (read, land, summary row)")
     figures.report("wave task's own work per small token", per_token, 0.1, "s/token", higher_is_better=False)
     if args.profile:
         out = io.StringIO()

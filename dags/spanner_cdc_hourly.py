@@ -5,18 +5,29 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from airflow.providers.standard.decorators.python import _PythonDecoratedOperator
 from airflow.sdk import (
     DAG,
     Asset,
     AssetAlias,
+    AsyncCallback,
     CronDataIntervalTimetable,
+    DeadlineAlert,
+    DeadlineReference,
     TaskGroup,
     TriggerRule,
     get_current_context,
     task,
 )
+from airflow.sdk.bases.decorator import task_decorator_factory
 
-from spanner_cdc.names import LIVE_NAMESPACE, SPANNER_POOL, current_state_asset_name, landed_asset_name
+from spanner_cdc.names import (
+    DEADLINE_CALLBACK,
+    LIVE_NAMESPACE,
+    SPANNER_POOL,
+    current_state_asset_name,
+    landed_asset_name,
+)
 from spanner_cdc.settings import load_settings
 from spanner_cdc.stream_config import StreamConfig, load_streams
 
@@ -40,8 +51,33 @@ Extracts the change stream **{change_stream}** for each data interval `[start, e
 ready partition tokens; each `wave_k.extract` reads one token (or a batch of them) over the window;
 `wave_k.next_wave` picks up children of splits and merges; `close` checks completeness and the
 transaction counts, writes the window marker and emits the `{asset}` asset event (skipped while
-tokens are pending). Configuration: the `[streams.{name}]` table of `$SPANNER_CDC_CONFIG`.
+tokens are pending). A run still going `deadline_minutes` after its window's end misses its deadline: the
+triggerer logs the stream, the window and the partitions holding it open (or runs `deadline_notifier`). Configuration: the `[streams.{name}]` table of `$SPANNER_CDC_CONFIG`.
 """
+
+
+class LineageReportingOperator(_PythonDecoratedOperator):
+    """A `@task` that tells Airflow's OpenLineage provider what it read and wrote (asked only when it is configured)."""
+
+    def execute(self, context: Any) -> Any:
+        result = super().execute(context)
+        self.lineage_of = (context["data_interval_start"], context["data_interval_end"], result)
+        return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from spanner_cdc.orchestration import lineage_events
+
+        if not hasattr(self, "lineage_of"):  # failed or skipped (a close whose window stays open): nothing landed
+            return None
+        start, end, result = self.lineage_of
+        stream = self.dag_id.split("__", 1)[1]
+        batch = self.op_kwargs.get("batch")
+        return lineage_events.to_operator_lineage(lineage_events.for_task(stream, self.task_id, start, end, result, batch))
+
+
+def lineage_task(**kwargs: Any) -> Any:
+    """`@task` whose runs report OpenLineage datasets (the change stream in, the lake out, with counts)."""
+    return task_decorator_factory(decorated_operator_class=LineageReportingOperator, **kwargs)
 
 
 def landed_asset(config: StreamConfig) -> Asset:
@@ -51,6 +87,24 @@ def landed_asset(config: StreamConfig) -> Asset:
         group="spanner-cdc",
         extra={"stream": config.change_stream, "namespace": LIVE_NAMESPACE},
     )
+
+
+def deadline_alert(config: StreamConfig) -> DeadlineAlert | None:
+    """`deadline_minutes` after its window's end a run still going misses its deadline; the callback runs once.
+
+    A run's logical date is its window's start, so the deadline is that plus the window's length plus the minutes.
+    """
+    after = config.deadline_after()
+    if after is None:
+        return None
+    if config.deadline_notifier:
+        callback = AsyncCallback(config.deadline_notifier, kwargs=dict(config.deadline_notifier_kwargs))
+    else:
+        callback = AsyncCallback(DEADLINE_CALLBACK, kwargs={"stream": config.name, "minutes": config.deadline_minutes})
+    return DeadlineAlert(
+        reference=DeadlineReference.DAGRUN_LOGICAL_DATE, interval=after, callback=callback,
+        name=f"window not complete {config.deadline_minutes} min after its end",
+    )  # fmt: skip
 
 
 def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
@@ -68,9 +122,11 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
         dag_id=config.dag_id,
         schedule=CronDataIntervalTimetable(config.schedule, timezone="UTC"),
         start_date=config.start_date,
+        end_date=config.end_date,
         catchup=config.catchup,
         max_active_runs=1,
         default_args=DEFAULT_ARGS,
+        deadline=deadline_alert(config),
         tags=["spanner-cdc", name],
         doc_md=DOC.format(
             name=name, change_stream=config.change_stream, output_root=output_root, asset=asset.name
@@ -98,7 +154,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
 
             return hourly.next_wave(name, data_interval_start, data_interval_end)
 
-        @task(
+        @lineage_task(
             task_id="extract",
             pool=SPANNER_POOL,
             max_active_tis_per_dagrun=concurrency,
@@ -112,7 +168,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
             owner = hourly.owner_of(context["ti"])
             return hourly.extract(name, data_interval_start, data_interval_end, batch, owner=owner)
 
-        @task(task_id="close", trigger_rule=TriggerRule.NONE_FAILED, outlets=[asset])
+        @lineage_task(task_id="close", trigger_rule=TriggerRule.NONE_FAILED, outlets=[asset])
         def close(data_interval_start: Any = None, data_interval_end: Any = None, outlet_events: Any = None) -> dict:
             from spanner_cdc.orchestration import hourly
 
@@ -123,7 +179,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
         previous: Any = catch_up()
         if config.snapshot:  # `snapshot = true`: the lineage's initial snapshot first (a no-op once complete)
 
-            @task(task_id="snapshot")
+            @lineage_task(task_id="snapshot")
             def snapshot(data_interval_start: Any = None) -> dict:
                 from spanner_cdc.orchestration import snapshot_task
 
@@ -141,7 +197,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
 
             # none_failed: also when this run's close was skipped (its window left open), for the windows that
             # its catch_up closed; the body never goes past a window that is still open
-            @task(task_id="current_state", outlets=[states], trigger_rule=TriggerRule.NONE_FAILED)
+            @lineage_task(task_id="current_state", outlets=[states], trigger_rule=TriggerRule.NONE_FAILED)
             def current_state(data_interval_end: Any = None, outlet_events: Any = None) -> list:
                 from spanner_cdc.orchestration import state_task
 

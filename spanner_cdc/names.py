@@ -34,6 +34,14 @@ HOURLY_DAG_PREFIX = "spanner_cdc_hourly__"
 BACKFILL_DAG_ID = "spanner_cdc_backfill"
 # The Airflow pool that bounds concurrent change stream queries across every DAG of the project.
 SPANNER_POOL = "spanner_cdc_spanner_queries"
+MAINTENANCE_DAG_PREFIX = "spanner_cdc_maintenance__"
+# The pool of the maintenance DAGs (one slot): maintenance never takes a slot the hourly extracts need.
+MAINTENANCE_POOL = "spanner_cdc_maintenance"
+
+
+def maintenance_dag_id(stream_name: str) -> str:
+    """The lake maintenance DAG of the configured stream `[streams.<stream_name>]`."""
+    return MAINTENANCE_DAG_PREFIX + stream_name
 
 
 def hourly_dag_id(stream_name: str) -> str:
@@ -65,3 +73,6 @@ def short_token(token: str, width: int = 10) -> str:
 # pyspark marks a process that once made a Connect session with SPARK_CONNECT_MODE_ENABLED in os.environ, and a child
 # process inherits it; SPARK_REMOTE, if a user exported it, points the same way. The project's spark_master decides.
 SPARK_CONNECT_MARKERS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+
+# The hourly DAG's default deadline callback, named by its path: Airflow imports it in the triggerer
+DEADLINE_CALLBACK = "spanner_cdc.orchestration.deadline.window_missed"

@@ -14,10 +14,21 @@ from typing import Any
 
 from spanner_cdc import names, validators
 from spanner_cdc.errors import ConfigError
-from spanner_cdc.validators import choice, fraction, identifier, int_between, optional, seconds_at_least, text
+from spanner_cdc.validators import (
+    byte_size,
+    choice,
+    duration,
+    fraction,
+    identifier,
+    int_between,
+    optional,
+    seconds_at_least,
+    text,
+)
 
 ENV_PREFIX = "SPANNER_CDC_"
 CONFIG_ENV = "SPANNER_CDC_CONFIG"
+EMULATOR_HOST_ENV = "SPANNER_EMULATOR_HOST"  # the Spanner client library's own variable
 DIALECTS = ("auto", *names.DIALECTS)
 SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)\])?|spark://[^/\s]+:\d+|sc://[^/\s]+(:\d+)?(/.*)?)$")
 
@@ -119,7 +130,16 @@ class Settings:
         default=Path(".local/lake"), metadata=_meta(output_root, "root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix")
     )
     iceberg_catalog: str = field(
-        default="off", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: off, store, or a REST/Hive catalog URL")
+        default="store", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: store (default), off, or a REST/Hive catalog URL")
+    )
+    target_file_size: int = field(
+        default=256 << 20, metadata=_meta(byte_size, "size of a lake file: a landed file rolls to the next past it, compaction aims at it")
+    )
+    snapshot_retention: timedelta = field(
+        default=timedelta(days=7), metadata=_meta(duration, "lake maintain expires Iceberg snapshots older than this")
+    )
+    orphan_min_age: timedelta = field(
+        default=timedelta(hours=24), metadata=_meta(duration, "lake maintain removes unlisted files only once older than this")
     )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
     namespace: str = field(default="live", metadata=_meta(identifier, "lineage namespace"))
@@ -208,8 +228,8 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
             if key not in Settings.field_names():
                 raise ConfigError(f"{config_path}: {key}", value, "one of " + ", ".join(Settings.field_names()))
             raw[key] = (f"{key} (in {config_path})", value)
-    if "SPANNER_EMULATOR_HOST" in env:
-        raw["emulator_host"] = ("SPANNER_EMULATOR_HOST", env["SPANNER_EMULATOR_HOST"])
+    if EMULATOR_HOST_ENV in env:
+        raw["emulator_host"] = (EMULATOR_HOST_ENV, env[EMULATOR_HOST_ENV])
     for name in Settings.field_names():
         env_name = ENV_PREFIX + name.upper()
         if env_name in env and name != "streams" and not (name in TUNING_FIELDS and not env[env_name].strip()):
@@ -228,15 +248,26 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
 TUNING_FIELDS = ("wave_group_tokens", "task_tokens", "task_threads", "check_driver_rows", "lake_writer", "liveness", "lease_s",
                  "current_state_keep")  # fmt: skip
 SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
-                     "namespace", "concurrency", "heartbeat_ms", "home", *TUNING_FIELDS)  # fmt: skip
+                     "namespace", "concurrency", "heartbeat_ms", "home", "target_file_size", "snapshot_retention",
+                     "orphan_min_age", *TUNING_FIELDS)  # fmt: skip
 
 
 def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """This process's environment with SPANNER_CDC_* replaced so a `spanner-cdc` subprocess uses `settings`."""
+    """This process's environment with SPANNER_CDC_* replaced so a `spanner-cdc` subprocess uses `settings`.
+
+    A setting that is unset (None) stays out, so the child takes its default (the embedded metadata store, no
+    stream, no emulator) rather than the text "None"."""
     # nor pyspark's Connect markers of this process (a spark-submit child on a standalone master failed with them)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX) and k not in names.SPARK_CONNECT_MARKERS}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(ENV_PREFIX) and k != EMULATOR_HOST_ENV and k not in names.SPARK_CONNECT_MARKERS
+    }
     for name in SUBPROCESS_FIELDS:
-        env[ENV_PREFIX + name.upper()] = str(getattr(settings, name))
-    env["SPANNER_EMULATOR_HOST"] = str(settings.emulator_host)
+        value = getattr(settings, name)
+        if value is not None:
+            env[ENV_PREFIX + name.upper()] = str(value.total_seconds() if isinstance(value, timedelta) else value)
+    if settings.emulator_host is not None:
+        env[EMULATOR_HOST_ENV] = settings.emulator_host
     env.update(extra)
     return env

@@ -14,7 +14,7 @@ from spanner_cdc.errors import ConfigError
 from spanner_cdc.names import hourly_dag_id
 from spanner_cdc.settings import DIALECTS, Settings, output_root
 from spanner_cdc.times import utc
-from spanner_cdc.validators import boolean, choice, fraction, identifier, int_between, text
+from spanner_cdc.validators import boolean, byte_size, choice, duration, fraction, identifier, int_between, text
 
 CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 DATETIME_HINT = "an ISO 8601 date-time such as 2024-01-01T00:00:00Z (no zone means UTC)"
@@ -28,6 +28,7 @@ class StreamConfig:
     change_stream: str
     start_date: dt.datetime
     schedule: str = "@hourly"
+    end_date: dt.datetime | None = None  # the last window starts at or before it (None: no end)
     catchup: bool = True
     waves: int = 3
     project: str | None = None
@@ -42,15 +43,36 @@ class StreamConfig:
     current_state_keep: int = Settings.current_state_keep  # window snapshots kept per state table (older ones expired)
     verify: bool = False  # a daily DAG, spanner_cdc_verify__<name>, verifies the newest closed window
     verify_fraction: float = 1.0  # share of each state table's key buckets that daily verify compares
+    maintenance_schedule: str = "@daily"  # the stream's lake maintenance DAG
+    target_file_size: int | None = None
+    snapshot_retention: dt.timedelta | None = None
+    orphan_min_age: dt.timedelta | None = None
+    deadline_minutes: int = 90  # a window not complete this long after its end misses its deadline (0: no deadline)
+    deadline_notifier: str | None = None  # dotted path of an Airflow notifier (or async callable) run on a miss
+    deadline_notifier_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def dag_id(self) -> str:
         return hourly_dag_id(self.name)
 
+    def deadline_after(self) -> dt.timedelta | None:
+        """How long after a run's logical date (its window's start) the window must be complete; None: no deadline.
+
+        The window's length is the schedule's first interval after start_date (every interval of `@hourly`).
+        """
+        if not self.deadline_minutes:
+            return None
+        from croniter import croniter
+
+        fires = croniter(self.schedule, self.start_date)
+        first = fires.get_next(dt.datetime)
+        return fires.get_next(dt.datetime) - first + dt.timedelta(minutes=self.deadline_minutes)
+
     def settings(self, base: Settings) -> Settings:
         """`base` with this stream's values on top: per-stream values win over the global ones."""
         overrides: dict[str, Any] = {"stream": self.change_stream}
-        for name in ("project", "instance", "database", "dialect", "heartbeat_ms", "output_root", "concurrency"):
+        for name in ("project", "instance", "database", "dialect", "heartbeat_ms", "output_root", "concurrency",
+                     "target_file_size", "snapshot_retention", "orphan_min_age"):  # fmt: skip
             value = getattr(self, name)
             if value is not None:
                 overrides[name] = value
@@ -86,10 +108,24 @@ def _schedule(label: str, value: Any) -> str:
     return text
 
 
+def _dotted_path(label: str, value: Any) -> str:
+    path = text(label, value)
+    if not all(part.isidentifier() for part in path.split(".")) or "." not in path:
+        raise ConfigError(label, value, "a dotted path such as airflow.providers.slack.notifications.slack.SlackNotifier")
+    return path
+
+
+def _table(label: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(label, value, "a TOML table of keyword arguments")
+    return dict(value)
+
+
 PARSERS: dict[str, Any] = {
     "change_stream": identifier,
     "start_date": parse_datetime,
     "schedule": _schedule,
+    "end_date": parse_datetime,
     "catchup": boolean,
     "waves": int_between(1, 10),
     "project": text,
@@ -104,6 +140,13 @@ PARSERS: dict[str, Any] = {
     "current_state_keep": int_between(1, 10_000),
     "verify": boolean,
     "verify_fraction": fraction,
+    "maintenance_schedule": _schedule,
+    "target_file_size": byte_size,
+    "snapshot_retention": duration,
+    "orphan_min_age": duration,
+    "deadline_minutes": int_between(0, 10_080),
+    "deadline_notifier": _dotted_path,
+    "deadline_notifier_kwargs": _table,
 }
 ACCEPTED_KEYS = ("name", *PARSERS)
 
@@ -124,6 +167,8 @@ def parse_stream(key: str, table: Any) -> StreamConfig:
         values[field] = PARSERS[field](_label(key, field), value)
     if "start_date" not in values:
         raise ConfigError(_label(key, "start_date"), None, DATETIME_HINT)
+    if "end_date" in values and values["end_date"] < values["start_date"]:
+        raise ConfigError(_label(key, "end_date"), table["end_date"], "a date-time not before start_date")
     values.setdefault("change_stream", name)
     return StreamConfig(name=name, **values)
 

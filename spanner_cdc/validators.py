@@ -3,7 +3,9 @@ typed value or raises ConfigError naming the label, the value and what is accept
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from spanner_cdc import names
@@ -97,3 +99,37 @@ def optional(parse: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
         return None if value in (None, "") else parse(label, value)
 
     return parse_optional
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+SIZE_ACCEPTED = "a size in bytes from 1KB to 16GB: an integer, or a number with KB, MB or GB (powers of 1024)"
+
+
+def byte_size(name: str, value: Any) -> int:
+    """A size such as 268435456, `256MB` or `256 MiB` (units are powers of 1024), in [1 KB, 16 GB]."""
+    match = None if isinstance(value, bool) else _SIZE.match(str(value))
+    if match is None:
+        raise ConfigError(name, value, SIZE_ACCEPTED)
+    size = int(match.group(1)) * _UNITS[(match.group(2) or "").upper().replace("IB", "B")]
+    if not 1 << 10 <= size <= 16 << 30:
+        raise ConfigError(name, value, SIZE_ACCEPTED)
+    return size
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+DURATION_ACCEPTED = "a duration: seconds, or a number with s, m, h or d (such as 24h or 7d), from 0 to 3650d"
+
+
+def duration(name: str, value: Any) -> timedelta:
+    """A duration such as 86400, `24h` or `7d`."""
+    if isinstance(value, timedelta):
+        return value
+    match = None if isinstance(value, bool) else _DURATION.match(str(value))
+    if match is None:
+        raise ConfigError(name, value, DURATION_ACCEPTED)
+    seconds = float(match.group(1)) * _SECONDS[match.group(2).lower()]
+    if seconds > 3650 * 86_400:
+        raise ConfigError(name, value, DURATION_ACCEPTED)
+    return timedelta(seconds=seconds)

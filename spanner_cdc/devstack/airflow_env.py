@@ -18,7 +18,7 @@ from typing import Any
 
 from spanner_cdc.devstack import embedded_pg
 from spanner_cdc.errors import SpannerCdcError
-from spanner_cdc.names import SPANNER_POOL
+from spanner_cdc.names import MAINTENANCE_POOL, SPANNER_POOL
 from spanner_cdc.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -134,13 +134,15 @@ def prepare(
         # Only with the migration: later changes of the pool's slots in the UI are the operator's to keep.
         slots = pool_slots or settings.concurrency
         env.airflow(["pools", "set", SPANNER_POOL, str(slots), "Bounds concurrent Spanner change stream queries"])
+        env.airflow(["pools", "set", MAINTENANCE_POOL, "1", "Lake maintenance, apart from the extracts"])
         write_private(stamp, migrated_stamp(version, url))
     return env
 
 
 def migrated_stamp(version: str, url: str) -> str:
-    """What the stamp says of a migration: Airflow's version and a digest of its DB URL (never the URL: its password)."""
-    return f"{version} {hashlib.sha256(url.encode()).hexdigest()}"
+    """What the stamp says of a migration: Airflow's version, a digest of its DB URL (never the URL: its password), and
+    the pools made with it (a release with a new pool sets it up once more)."""
+    return f"{version} {hashlib.sha256(url.encode()).hexdigest()} {SPANNER_POOL},{MAINTENANCE_POOL}"
 
 
 def write_private(path: Path, text: str) -> None:

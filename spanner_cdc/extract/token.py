@@ -10,20 +10,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, SpannerCdcError
 from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.lake.layout import LakeLayout, compact_time
-from spanner_cdc.lake.publish import (
-    begin_attempt,
-    clear_journal,
-    clear_old_attempts,
-    clear_staging,
-    publish,
-    read_journal,
-    remove_orphans,
-)
+from spanner_cdc.lake.publish import clear_journal, clear_staging, prepare_attempt, publish
 from spanner_cdc.lake.storage import join
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
@@ -75,11 +68,17 @@ class ExtractJob:
     window_end: datetime
     read_method: str
     connection: dict[str, Any]  # project, instance, database, emulator_host, dialect, heartbeat_ms
-    # the tuning of Settings the job's driver side uses (defaults: Settings')
+    # the tuning of Settings the job's driver side uses (defaults: Settings'); the writer is chosen once: "arrow"
+    # lands a wave's tokens in groups (extract/wave.py), "spark" a token per job (here)
     writer: str = Settings.lake_writer
     group_tokens: int = Settings.wave_group_tokens
     task_tokens: int = Settings.task_tokens
     task_threads: int = Settings.task_threads
+    file_bytes: int = Settings.target_file_size  # a landed file rolls to the next past this
+
+    def __post_init__(self) -> None:
+        if self.writer != "arrow" and self.layout.is_url:
+            raise ConfigError(env_name("lake_writer"), self.writer, "arrow when the output root is a bucket (Spark's own Parquet writer would need the Hadoop GCS / S3 connectors)")
 
 
 class LeaseKeeper:
@@ -143,61 +142,35 @@ class LeaseKeeper:
                 self.release(claim)
 
 
-def _remove_orphans(job: ExtractJob, token: str) -> None:
-    """Files a crashed attempt published but never committed: delete them (committed ones stay)."""
-    journal = read_journal(job.layout, token)
-    if journal is None:
-        return
-    committed = {
-        f.path
-        for f in job.store.manifest(
-            job.lineage_id,
-            window_start=datetime.fromisoformat(journal["window_start"]),
-            window_end=datetime.fromisoformat(journal["window_end"]),
-        )
-    }
-    remove_orphans(job.layout, token, committed)
-
-
-def manifest_files(job: ExtractJob, spec: TokenJobSpec, listing: list[dict[str, Any]]) -> list[ManifestFile]:
-    """The files of a finished job: listed by the executor that published them (arrow writer), or moved
-    from local staging to their names here (Spark's writer)."""
-    if job.writer != "arrow":
-        return publish(
-            spec.data_dir, job.layout, lineage_id=job.lineage_id, token=spec.token, range_start=spec.read_from,
-            range_end=spec.read_to, window_start=job.window_start, window_end=job.window_end,
-        )  # fmt: skip
-    return [
-        ManifestFile(
-            path=row["path"], token=spec.token, range_start=spec.read_from, range_end=spec.read_to,
-            window_start=job.window_start, window_end=job.window_end, rows=int(row["rows"]), bytes=int(row["bytes"]),
-            table_name=row["table"],
-        )  # fmt: skip
-        for row in sorted(listing, key=lambda r: r["path"])
-    ]
-
-
-def start_attempt(job: ExtractJob, claim: Claim, read_from: datetime, read_to: datetime) -> TokenJobSpec:
-    """Clean up after crashed attempts of the token, journal this one's names, and say what its job reads."""
-    token = claim.token
-    _remove_orphans(job, token)
-    clear_old_attempts(job.layout, token)
+def attempt_spec(job: ExtractJob, claim: Claim, read_from: datetime, read_to: datetime) -> TokenJobSpec:
+    """What an attempt's job reads and where it lands (no I/O)."""
     attempt_dir = join(
-        job.layout.staging_location(token),
+        job.layout.staging_location(claim.token),
         f"{compact_time(read_from)}-{compact_time(read_to)}-a{claim.attempt}-{uuid.uuid4().hex[:8]}",
     )
-    if job.writer != "arrow" and job.layout.is_url:
-        raise ConfigError(env_name("lake_writer"), job.writer, "arrow when the output root is a bucket (Spark's own Parquet writer would need the Hadoop GCS / S3 connectors)")
-    if job.writer == "arrow":  # the executor writes the published names itself: journal them first
-        begin_attempt(
-            job.layout, token, lineage_id=job.lineage_id, range_start=read_from, range_end=read_to,
-            window_start=job.window_start, window_end=job.window_end,
-        )  # fmt: skip
     return TokenJobSpec(
-        stream=job.stream, token=token, read_from=read_from, read_to=read_to, window_start=job.window_start,
-        window_end=job.window_end, read_method=job.read_method, attempt_dir=attempt_dir, writer=job.writer,
-        lake_root=job.layout.location, lineage_id=job.lineage_id, **job.connection,
+        stream=job.stream, token=claim.token, read_from=read_from, read_to=read_to, window_start=job.window_start,
+        window_end=job.window_end, read_method=job.read_method, attempt_dir=attempt_dir,
+        lake_root=job.layout.location, lineage_id=job.lineage_id, file_bytes=job.file_bytes, **job.connection,
     )  # fmt: skip
+
+
+def prepare(job: ExtractJob, spec: TokenJobSpec, task: Sequence[tuple[str, int]] = ()) -> None:
+    """The lake's one step before an attempt (`lake/publish.py`): what a crashed attempt left, cleaned up, and, when
+    the executor publishes the files itself (a wave task's, named from `spec.file_stem`), this attempt's names
+    journaled with the task's (token, attempt)s."""
+
+    def committed(window_start: datetime, window_end: datetime) -> set[str]:
+        return {f.path for f in job.store.manifest(job.lineage_id, window_start=window_start, window_end=window_end)}
+
+    journal = None
+    if spec.file_stem:
+        journal = {
+            "lineage_id": job.lineage_id, "range_start": spec.read_from, "range_end": spec.read_to,
+            "window_start": job.window_start, "window_end": job.window_end, "stem": spec.file_stem, "task": task,
+        }  # fmt: skip
+    running = partial(job.store.any_attempt_running, job.lineage_id)
+    prepare_attempt(job.layout, spec.token, committed=committed, running=running, journal=journal)
 
 
 def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
@@ -209,11 +182,15 @@ def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:
         promoted = job.store.complete(claim, watermark=read_to, finished=False)
         return TokenResult(token, 0, 0, False, read_to, promoted, 0, read_from, read_to)
     try:
-        spec = start_attempt(job, claim, read_from, read_to)
+        spec = attempt_spec(job, claim, read_from, read_to)
+        prepare(job, spec)
         log.info("%s %s: reading %s .. %s (attempt %s)", job.stream, short_token(token), read_from.isoformat(), read_to.isoformat(), claim.attempt)
-        summary, listing = run_token_job(job.spark, spec)
+        summary = run_token_job(job.spark, spec)
         failpoint("after_job")
-        files = manifest_files(job, spec, listing)
+        files = publish(
+            spec.data_dir, job.layout, lineage_id=job.lineage_id, token=token, range_start=read_from, range_end=read_to,
+            window_start=job.window_start, window_end=job.window_end,
+        )  # fmt: skip
         landed = sum(f.rows for f in files)
         if landed != summary.rows:
             raise ExtractError(

@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -17,18 +17,19 @@ from spanner_cdc.extract.token import (
     ExtractJob,
     LeaseKeeper,
     TokenResult,
-    manifest_files,
+    attempt_spec,
+    prepare,
     raise_failures,
     record_failure,
-    start_attempt,
 )
+from spanner_cdc.lake.layout import task_file_stem
 from spanner_cdc.lake.publish import clear_journal
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
-from spanner_cdc.spark.token_job import TokenOutcome, run_wave_job
-from spanner_cdc.store.models import Claim, Completion
+from spanner_cdc.spark.token_job import TokenOutcome, plan_tasks, run_wave_job
+from spanner_cdc.store.models import Claim, Completion, ManifestFile
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +70,12 @@ def extract_wave(
     on_start: Callable[[Claim], None] | None = None,
     on_done: Callable[[Claim, TokenResult | None], None] | None = None,
 ) -> list[TokenResult]:
-    """Land the claims in groups, `concurrency` groups at a time; each token is committed or failed on its own.
+    """Land the claims in groups, `concurrency` groups at a time.
 
-    A group's tokens are read by one Spark job (a task per few tokens), and those whose files were published are
-    committed in one store transaction (`complete_many`: each still a compare-and-set, a lost claim leaves
-    nothing). Raises after all have run if any failed, as `extract_claims` does.
+    A group's tokens are read by one Spark job (a task per few tokens, each task's landed tokens in one file per
+    table), and those whose files were published are committed in one store transaction (`complete_many`: each
+    still a compare-and-set; tokens whose rows share a file commit together or not at all, so a lost claim leaves
+    nothing of its rows, and a token that failed in its task is in no file). Raises after all have run if any failed, as `extract_claims` does.
     """
     out = _Outcomes()
     with LeaseKeeper(job.store, lease) as keeper, ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
@@ -114,45 +116,134 @@ def _run_group(
 
 
 def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> list[_Landed]:
-    """Start each token's attempt, run the group's Spark job, and check each token's files; failures are recorded."""
+    """Prepare each token's attempt, run the group's Spark job, and check what each token landed; failures are recorded."""
     read_to = inclusive_end(job.window_end)
-    specs: dict[str, TokenJobSpec] = {}
+    by_token = {claim.token: claim for claim in group}
+    planned = [_named(job, task) for task in plan_tasks([attempt_spec(job, c, c.read_from, read_to) for c in group], job.task_tokens)]
+    members = {spec.token: [(s.token, by_token[s.token].attempt) for s in task] for task in planned for spec in task}
 
-    def start(claim: Claim) -> TokenJobSpec | BaseException:
+    def prepared(spec: TokenJobSpec) -> BaseException | None:
         try:
-            return start_attempt(job, claim, claim.read_from, read_to)
+            prepare(job, spec, members[spec.token])
         except Exception as exc:  # noqa: BLE001 - this token's failure, recorded below
             return exc
+        return None
 
-    # each start waits on the lake (its journal synced to disk, or uploaded): the group's starts wait together
-    with ThreadPoolExecutor(max_workers=min(len(group), START_THREADS) or 1) as pool:
-        started = list(pool.map(start, group))
-    for claim, spec in zip(group, started, strict=True):
-        if isinstance(spec, BaseException):
-            record_failure(job, claim, spec)
-            out.errors.append((claim, spec))
-        else:
-            specs[claim.token] = spec
-    for spec in specs.values():
-        log.info("%s %s: reading %s .. %s in a wave job of %d", job.stream, short_token(spec.token),
-                 spec.read_from.isoformat(), read_to.isoformat(), len(specs))  # fmt: skip
-    by_token = {claim.token: claim for claim in group}
-    landed: list[_Landed] = []
+    # each prepare waits on the lake (a crashed attempt's files removed, a journal written): they wait together
+    specs = [spec for task in planned for spec in task]
+    with ThreadPoolExecutor(max_workers=min(len(specs), START_THREADS) or 1) as pool:
+        failures = dict(zip([s.token for s in specs], pool.map(prepared, specs), strict=True))
+    for claim in group:
+        failure = failures[claim.token]
+        if failure is not None:
+            record_failure(job, claim, failure)
+            out.errors.append((claim, failure))
+    tasks = [[s for s in task if failures[s.token] is None] for task in planned]
+    tasks = [task for task in tasks if task]
+    ready = [s for task in tasks for s in task]
+    for spec in ready:
+        log.info("%s %s: reading %s .. %s in a wave job", job.stream, short_token(spec.token), spec.read_from.isoformat(),
+                 read_to.isoformat())  # fmt: skip
+    if ready:
+        log.info("%s: a wave job of %d token(s) in %d task(s)", job.stream, len(ready), len(tasks))
     began = time.monotonic()
-    outcomes = run_wave_job(job.spark, list(specs.values()), job.task_tokens, job.task_threads) if specs else []
+    outcomes = run_wave_job(job.spark, tasks, job.task_threads) if tasks else []
     _log_job_time(job, outcomes, time.monotonic() - began)
+    checked: list[tuple[TokenOutcome, BaseException | None]] = []
     for outcome in outcomes:
-        claim, spec = by_token[outcome.spec.token], outcome.spec
         try:
             if outcome.error is not None:
                 raise outcome.error
-            assert outcome.summary is not None
             failpoint("after_job")
-            landed.append(_landed(job, claim, spec, outcome.summary, outcome.listing))
+            _check_rows(job, outcome)
+            checked.append((outcome, None))
         except Exception as exc:
+            checked.append((outcome, exc))
+    return _completions(job, by_token, checked, out)
+
+
+def _named(job: ExtractJob, task: list[TokenJobSpec]) -> list[TokenJobSpec]:
+    """A task's specs with the start of its files' names (deterministic in its tokens and their ranges)."""
+    stem = task_file_stem(job.lineage_id, [(s.token, s.read_from, s.read_to) for s in task])
+    return [replace(spec, file_stem=stem) for spec in task]
+
+
+def _check_rows(job: ExtractJob, outcome: TokenOutcome) -> None:
+    assert outcome.summary is not None
+    rows = sum(int(row["rows"]) for row in outcome.listing)
+    if rows != outcome.summary.rows:
+        raise ExtractError(
+            f"{job.stream} {short_token(outcome.spec.token)}: the job read {outcome.summary.rows} rows but {rows} were "
+            "landed; not committing"
+        )
+
+
+def _completions(
+    job: ExtractJob, by_token: dict[str, Claim], checked: list[tuple[TokenOutcome, BaseException | None]], out: _Outcomes
+) -> list[_Landed]:
+    """Each landed token's completion; tokens whose rows share a file make one group (committed together or not at
+    all), and a token that failed fails its whole group: a file holding its rows must not be committed."""
+    sharing = _file_groups([outcome for outcome, _ in checked])
+    failed = {sharing[o.spec.token]: (o.spec.token, exc) for o, exc in checked if exc is not None}
+    files = _manifest_files(job, [o for o, _ in checked])
+    landed: list[_Landed] = []
+    for outcome, exc in checked:
+        claim, spec = by_token[outcome.spec.token], outcome.spec
+        group = sharing[spec.token]
+        if exc is None and group in failed:
+            culprit = failed[group][0]
+            exc = ExtractError(f"{job.stream} {short_token(spec.token)}: its rows share a file with {short_token(culprit)}, "
+                               f"which failed ({failed[group][1]}); not committing")  # fmt: skip
+        if exc is not None:
             record_failure(job, claim, exc)
             out.errors.append((claim, exc))
+            continue
+        summary = outcome.summary
+        assert summary is not None
+        completion = Completion(
+            claim, watermark=summary.watermark, finished=summary.finished, children=tuple(summary.children),
+            files=tuple(files.get(spec.token, ())), records=summary.rows, window_start=job.window_start,
+            window_end=job.window_end, started=tuple(summary.started), moves=tuple(summary.moves), group=group,
+        )  # fmt: skip
+        landed.append(_Landed(claim, spec, summary, completion))
     return landed
+
+
+def _file_groups(outcomes: Sequence[TokenOutcome]) -> dict[str, str]:
+    """Each token's group: the first token (in the job's order) of the tokens linked to it by shared files."""
+    parent = {o.spec.token: o.spec.token for o in outcomes}
+
+    def root(token: str) -> str:
+        while parent[token] != token:
+            parent[token] = token = parent[parent[token]]
+        return token
+
+    first_of: dict[str, str] = {}
+    for outcome in outcomes:
+        for row in outcome.listing:
+            first = first_of.setdefault(row["path"], outcome.spec.token)
+            a, b = root(first), root(outcome.spec.token)
+            if a != b:
+                parent[b] = a
+    return {token: root(token) for token in parent}
+
+
+def _manifest_files(job: ExtractJob, outcomes: Sequence[TokenOutcome]) -> dict[str, list[ManifestFile]]:
+    """The job's files, each once, carried by the first token whose rows it holds: its range spans its tokens'."""
+    held: dict[str, list[tuple[TokenJobSpec, dict[str, Any]]]] = {}
+    for outcome in outcomes:
+        for row in outcome.listing:
+            held.setdefault(row["path"], []).append((outcome.spec, row))
+    carried: dict[str, list[ManifestFile]] = {}
+    for path in sorted(held):
+        parts = held[path]
+        first = parts[0][1]
+        carried.setdefault(parts[0][0].token, []).append(ManifestFile(
+            path=path, token=parts[0][0].token, range_start=min(s.read_from for s, _ in parts),
+            range_end=max(s.read_to for s, _ in parts), window_start=job.window_start, window_end=job.window_end,
+            rows=sum(int(row["rows"]) for _, row in parts), bytes=int(first["bytes"]), table_name=first["table"],
+        ))  # fmt: skip
+    return carried
 
 
 def _log_job_time(job: ExtractJob, outcomes: Sequence[TokenOutcome], wall_s: float) -> None:
@@ -163,21 +254,6 @@ def _log_job_time(job: ExtractJob, outcomes: Sequence[TokenOutcome], wall_s: flo
         log.info("%s: a wave job of %d token(s) took %.2fs; its tasks %.2fs in all (longest %.2fs, CPU %.2fs)",
                  job.stream, len(outcomes), wall_s, sum(tasks), max(tasks),
                  sum(o.summary.cpu_s for o in outcomes if o.summary is not None))  # fmt: skip
-
-
-def _landed(job: ExtractJob, claim: Claim, spec: TokenJobSpec, summary: ControlSummary, listing: list[dict[str, Any]]) -> _Landed:
-    files = manifest_files(job, spec, listing)
-    rows = sum(f.rows for f in files)
-    if rows != summary.rows:
-        raise ExtractError(
-            f"{job.stream} {short_token(claim.token)}: the job read {summary.rows} rows but {rows} were staged; not committing"
-        )
-    completion = Completion(
-        claim, watermark=summary.watermark, finished=summary.finished, children=tuple(summary.children),
-        files=tuple(files), records=summary.rows, window_start=job.window_start, window_end=job.window_end,
-        started=tuple(summary.started), moves=tuple(summary.moves),
-    )  # fmt: skip
-    return _Landed(claim, spec, summary, completion)
 
 
 def _commit(job: ExtractJob, landed: list[_Landed], out: _Outcomes, started: float) -> dict[str, TokenResult]:
@@ -192,10 +268,16 @@ def _commit(job: ExtractJob, landed: list[_Landed], out: _Outcomes, started: flo
         for item in landed:  # the files stay journaled: the retry removes or replaces them
             record_failure(job, item.claim, exc)
         raise
-    done = set(batch.landed)
-    # lost claims come in the batch's order: another worker owns those tokens now, and what this one
-    # published has the same names as its files
-    out.errors.extend(zip([i.claim for i in landed if i.claim.token not in done], batch.lost, strict=True))
+    done, held = set(batch.landed), set(batch.held_back)
+    # lost claims come in the batch's order: another worker owns those tokens now; the files this attempt published
+    # for them are in no manifest, and their window's close deletes them
+    out.errors.extend(zip([i.claim for i in landed if i.claim.token not in done | held], batch.lost, strict=True))
+    for item in landed:
+        if item.claim.token in held:  # still ours, but its rows share a file with a lost claim's: back to READY
+            held_back = ExtractError(f"{job.stream} {short_token(item.claim.token)}: not committed, its rows share a "
+                                     "file with a token whose claim was lost; READY again for a retry")  # fmt: skip
+            record_failure(job, item.claim, held_back)
+            out.errors.append((item.claim, held_back))
     promoted = _promoted_by(landed, batch.promoted)
     elapsed = time.monotonic() - started
     results: dict[str, TokenResult] = {}
@@ -203,7 +285,7 @@ def _commit(job: ExtractJob, landed: list[_Landed], out: _Outcomes, started: flo
         if item.claim.token not in done:
             continue
         failpoint("after_commit")
-        clear_journal(job.layout, item.claim.token)  # a wave's attempt staged nothing: its summary came as a row
+        clear_journal(job.layout, item.claim.token)  # committed: its files are the manifest's now
         summary = item.summary
         results[item.claim.token] = TokenResult(
             token=item.claim.token, records=summary.rows, files=len(item.completion.files), finished=summary.finished,

@@ -307,10 +307,11 @@ def extract_tokens(
             group_tokens=settings.wave_group_tokens,
             task_tokens=settings.task_tokens,
             task_threads=settings.task_threads,
+            file_bytes=settings.target_file_size,
         )
         tracker = _ProgressTracker(Progress(waiting=len(claims), tokens=[c.token for c in claims]), progress)
-        # the arrow writer lands a group of tokens per Spark job and commits them together; Spark's own
-        # Parquet writer needs a job (and a commit) per token
+        # the writer, chosen once: pyarrow on the executors lands a group of tokens per Spark job and commits them
+        # together; Spark's own Parquet writer needs a job (and a commit) per token
         run = extract_wave if job.writer == "arrow" else extract_claims
         return run(job, claims, concurrency=settings.concurrency, lease=lease, on_start=tracker.started, on_done=tracker.done)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -45,6 +47,17 @@ LAKE_COLUMNS: tuple[str, ...] = tuple(LAKE_SCHEMA.names)
 # dropped from the files); the published layout then names the table as `table_name=<name>` (not a column: no clash).
 PARTITION_COLUMN = "_lake_table"
 SOURCE_SCHEMA = LAKE_SCHEMA.append(pa.field(PARTITION_COLUMN, pa.string()))
+
+
+def rows_by_table(batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """A batch of SOURCE_SCHEMA split by its table column: each table's rows, in order, without the column."""
+    import pyarrow.compute as pc
+
+    tables = batch.column(PARTITION_COLUMN)
+    data = batch.drop_columns([PARTITION_COLUMN])
+    names = pc.unique(tables).to_pylist()
+    for table in names:
+        yield table, data if len(names) == 1 else data.filter(pc.equal(tables, table))
 
 _SPARK_TYPES = {
     pa.string(): "STRING",

@@ -199,10 +199,18 @@ def _replace(table: Table, held: list[Any], paths: list[str], properties: dict[s
         update = tx.update_snapshot(snapshot_properties=properties)
         # a first commit only appends: a new manifest, without reading the table's existing ones
         with update.overwrite() if held else update.fast_append() as snapshot:
-            for old in held:
-                snapshot.delete_data_file(old)
-            for new in data_files:
-                snapshot.append_data_file(new)
+            _swap(snapshot, held, data_files)
+    return _committed(table, data_files, held, started)
+
+
+def _swap(snapshot: Any, held: list[Any], data_files: list[Any]) -> None:
+    for old in held:
+        snapshot.delete_data_file(old)
+    for new in data_files:
+        snapshot.append_data_file(new)
+
+
+def _committed(table: Table, data_files: list[Any], held: list[Any], started: float) -> WindowCommit:
     current = table.current_snapshot()
     return WindowCommit(current.snapshot_id if current else None, len(data_files), len(held), time.monotonic() - started)
 
@@ -301,3 +309,96 @@ def _dispose(catalog: Catalog) -> None:
     engine = getattr(catalog, "engine", None)
     if engine is not None:
         engine.dispose()
+
+
+# Maintenance (`spanner-cdc lake maintain`): compaction's snapshot, snapshot expiry, the files live snapshots hold.
+COMPACTED = "spanner-cdc.compacted"
+
+
+def open_changelog(settings: Settings, layout: LakeLayout) -> tuple[Catalog, Table] | None:
+    """The lineage's change log, for maintenance (None with iceberg_catalog off, or before its first window)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    if settings.iceberg_catalog == "off":
+        return None
+    catalog = open_catalog(
+        catalog_properties(settings.iceberg_catalog, metadata_url=settings.metadata_url, warehouse=str(settings.output_root))
+    )
+    try:
+        return catalog, catalog.load_table((layout.namespace, layout.stream))
+    except (NoSuchTableError, NoSuchNamespaceError):
+        _dispose(catalog)
+        return None
+
+
+def close_catalog(catalog: Catalog) -> None:
+    _dispose(catalog)
+
+
+def commit_compaction(
+    table: Table, *, window_start: datetime, window_end: datetime, table_name: str, old: Sequence[str],
+    new: Sequence[ManifestFile],
+) -> WindowCommit:  # fmt: skip
+    """One `replace` snapshot in which the window's `old` files of one table become the `new` ones holding the same
+    rows. Nothing when the table already holds `new` there (a re-run); nothing either when it does not hold `old`
+    (a window committed before Iceberg was on: its files are not the table's to replace)."""
+    from pyiceberg.expressions import And, EqualTo
+
+    start, end = window_start.astimezone(UTC).isoformat(), window_end.astimezone(UTC).isoformat()
+    selection = And(EqualTo("window_start", start), EqualTo("object", table_name))  # type: ignore[call-arg, arg-type]
+    started = time.monotonic()
+    wanted = {absolute(f.path): (f.rows, f.bytes) for f in new}
+    retired = {absolute(p) for p in old}
+
+    def attempt() -> WindowCommit:
+        table.refresh()
+        held = [task.file for task in table.scan(row_filter=selection).plan_files()] if table.current_snapshot() else []
+        paths = {f.file_path for f in held}
+        if {f.file_path: (f.record_count, f.file_size_in_bytes) for f in held} == wanted or not paths & retired:
+            return WindowCommit(None, 0, 0, time.monotonic() - started)
+        return _compact(table, [f for f in held if f.file_path in retired], sorted(wanted),
+                        {WINDOW_START: start, WINDOW_END: end, COMPACTED: table_name}, started)  # fmt: skip
+
+    return _retrying(attempt)
+
+
+def _compact(table: Table, held: list[Any], paths: list[str], properties: dict[str, str], started: float) -> WindowCommit:
+    from pyiceberg.table import _parquet_files_to_data_files
+    from pyiceberg.table.snapshots import Operation, Summary
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class Rewrite(_OverwriteFiles):
+        """pyiceberg (0.12) has no rewrite API, and sums up only append, overwrite and delete snapshots: an overwrite
+        whose summary is computed as one, then named `replace` (the same rows in other files), as Iceberg's own
+        compaction names it."""
+
+        def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 - pyiceberg's signature
+            summary = super()._summary(snapshot_properties)
+            return Summary(Operation.REPLACE, **summary.additional_properties)
+
+    with table.transaction() as tx:
+        data_files = list(_parquet_files_to_data_files(tx.table_metadata, paths, table.io))
+        with Rewrite(operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=properties) as snapshot:
+            _swap(snapshot, held, data_files)
+    return _committed(table, data_files, held, started)
+
+
+def expire_snapshots(table: Table, older_than: datetime) -> int:
+    """Expire the snapshots superseded before `older_than`: measured from when the next one was committed, not from
+    their own commit, so a reader that planned on a snapshot a moment before it stopped being current has the whole
+    retention to read its files. The current snapshot stays. Returns how many were expired."""
+    cutoff_ms = int(older_than.timestamp() * 1000)
+    table.refresh()
+    log_ = sorted(table.snapshots(), key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+    old = [s.snapshot_id for s, successor in zip(log_, log_[1:], strict=False) if successor.timestamp_ms < cutoff_ms]
+    if old:
+        table.maintenance.expire_snapshots().by_ids(old).commit()
+    return len(old)
+
+
+def live_files(table: Table) -> set[str]:
+    """Every data file a live snapshot of the table holds (as Iceberg names it)."""
+    table.refresh()
+    if table.current_snapshot() is None:
+        return set()
+    return set(table.inspect.all_data_files().column("file_path").to_pylist())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,6 +70,31 @@ def object_name(
     token, range, table, window), so a retry writes the same object instead of a second one."""
     stem = f"part-L{lineage_id}-{token_digest(token)}-{compact_time(range_start)}-{compact_time(range_end)}"
     return join(root, window_dir(table, window_start), f"{stem}-{sequence:03d}.parquet")
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _digest(keys: Sequence[tuple[str, datetime, datetime]], size: int) -> str:
+    text = "\n".join(f"{token}|{compact_time(start)}|{compact_time(end)}" for token, start, end in keys)
+    return hashlib.sha256(text.encode()).hexdigest()[:size]
+
+
+def task_file_stem(lineage_id: int, keys: Sequence[tuple[str, datetime, datetime]]) -> str:
+    """The names of a wave task's files start with this: deterministic in its (token, range start, range end)s."""
+    return f"part-L{lineage_id}-t{_digest(keys, 20)}"
+
+
+def content_digest(keys: Sequence[tuple[str, datetime, datetime]], file_bytes: int) -> str:
+    """What a task's files hold: the (token, range)s of the tokens that landed in them (a token that failed is not),
+    and the size past which a file rolls (it moves the cuts between a table's files)."""
+    return _digest([*keys, (f"roll {file_bytes}", EPOCH, EPOCH)], 16)
+
+
+def task_object_name(root: str, *, stem: str, content: str, table: str, window_start: datetime, sequence: int) -> str:
+    """A wave task's `sequence`-th file of one table: `<stem>-<content>-<sequence>.parquet` in the table's window
+    directory. The name says what the file holds, so an attempt that writes the same name writes the same rows."""
+    return join(root, window_dir(table, window_start), f"{stem}-{content}-{sequence:03d}.parquet")
 
 
 @dataclass(frozen=True)

@@ -54,26 +54,31 @@ def write_marker(
         "window_start": window_start.isoformat(),
         "window_end": window_end.isoformat(),
         "complete": True,
+        "generation": 1,  # compaction writes the next ones (rewrite_marker)
         "rows": sum(f.rows for f in files),
         "bytes": sum(f.bytes for f in files),
         "tables": dict(sorted(tables.items())),
         "transaction_check": check,
         "completeness": completeness,
-        "files": [
-            {
-                "path": _relative(layout, f.path),
-                "table": f.table_name,
-                "rows": f.rows,
-                "bytes": f.bytes,
-                "token": f.token,
-                "range_start": f.range_start.isoformat(),
-                "range_end": f.range_end.isoformat(),
-            }
-            for f in sorted(files, key=lambda f: f.path)
-        ],
+        "files": _entries(layout, files),
     }
     storage.write_bytes(location, json.dumps(marker, indent=1, sort_keys=True, default=str).encode())
     return location if layout.is_url else Path(location)
+
+
+def _entries(layout: LakeLayout, files: Sequence[ManifestFile]) -> list[dict[str, Any]]:
+    return [
+        {
+            "path": _relative(layout, f.path),
+            "table": f.table_name,
+            "rows": f.rows,
+            "bytes": f.bytes,
+            "token": f.token,
+            "range_start": f.range_start.isoformat(),
+            "range_end": f.range_end.isoformat(),
+        }
+        for f in sorted(files, key=lambda f: f.path)
+    ]
 
 
 def read_marker(location: str | Path) -> dict[str, Any] | None:
@@ -96,3 +101,20 @@ def earlier_completeness(layout: LakeLayout, window_start: datetime, window_end:
     if sorted(f["path"] for f in earlier.get("files", [])) != sorted(_relative(layout, f.path) for f in files):
         return None
     return dict(earlier["completeness"])
+
+
+def rewrite_marker(layout: LakeLayout, location: str, files: Sequence[ManifestFile]) -> dict[str, Any]:
+    """A closed window's next marker generation, listing `files` (the same rows in other files: compaction); every
+    other field kept. Written whole over the last one: a reader has the old list or the new, and the old list's files
+    stay until no live Iceberg snapshot holds them (`extract/maintain.py`)."""
+    marker = read_marker(location)
+    if marker is None:
+        raise FileNotFoundError(location)
+    entries = _entries(layout, files)
+    if entries == marker["files"]:
+        return marker
+    if sum(e["rows"] for e in entries) != marker["rows"]:
+        raise ValueError(f"{location}: the new files hold {sum(e['rows'] for e in entries)} rows, the window {marker['rows']}")
+    marker.update(files=entries, bytes=sum(f.bytes for f in files), generation=int(marker.get("generation", 1)) + 1)
+    storage.write_bytes(location, json.dumps(marker, indent=1, sort_keys=True, default=str).encode())
+    return marker

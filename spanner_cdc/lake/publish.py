@@ -6,11 +6,12 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow.parquet as pq
@@ -130,13 +131,39 @@ def _move_into_place(staged: StagedFile, dest: Path, entry: Callable[..., Manife
     return entry(path=str(dest), rows=rows, bytes=size, table_name=staged.table)
 
 
+def prepare_attempt(
+    layout: LakeLayout, token: str, *, committed: Callable[[datetime, datetime], Collection[str]],
+    running: Callable[[Sequence[tuple[str, int]]], bool], journal: dict[str, Any] | None,
+) -> None:  # fmt: skip
+    """The lake's one step before an attempt of `token` runs: what a crashed attempt journaled, published and never
+    committed deleted, its staging cleared, and this attempt's names journaled (`journal`: begin_attempt's fields).
+
+    `committed(window_start, window_end)` gives the manifest's paths of the crashed attempt's window. A wave task's
+    files hold the rows of all its tokens, and its tokens journal the same names: they are deleted only once no
+    token of that task is still RUNNING in that attempt (`running`), which could still commit them; otherwise they
+    are left to the window's close (`markers.remove_window_orphans`) or to `lake maintain`.
+    """
+    old = read_journal(layout, token)
+    if old is not None:
+        task = [(str(t), int(a)) for t, a in old.get("task", [])]
+        if task and running(task):
+            clear_journal(layout, token)
+        else:
+            done = committed(datetime.fromisoformat(old["window_start"]), datetime.fromisoformat(old["window_end"]))
+            remove_orphans(layout, token, done)
+    clear_old_attempts(layout, token)
+    if journal is not None:
+        begin_attempt(layout, token, **journal)
+
+
 def begin_attempt(
     layout: LakeLayout, token: str, *, lineage_id: int, range_start: datetime, range_end: datetime,
-    window_start: datetime, window_end: datetime,
+    window_start: datetime, window_end: datetime, stem: str | None = None, task: Sequence[tuple[str, int]] = (),
 ) -> None:  # fmt: skip
-    """Journal, before an executor writes anything, the names its files will take (a glob over the tables),
-    so that the next attempt on this token can delete what a crashed one wrote but never committed."""
-    stem = layout.file_stem(lineage_id, token, range_start, range_end)
+    """Journal, before an executor writes anything, the names its files will take (a glob over the tables of the
+    names starting with `stem`, by default the token's own), so that the next attempt on this token can delete
+    what a crashed one wrote but never committed; `task`: the (token, attempt)s whose rows those files may hold."""
+    stem = stem or layout.file_stem(lineage_id, token, range_start, range_end)
     journal = {
         "lineage_id": lineage_id,
         "window_start": window_start.isoformat(),
@@ -144,6 +171,7 @@ def begin_attempt(
         "range_start": range_start.isoformat(),
         "range_end": range_end.isoformat(),
         "pattern": layout.window_objects_pattern(lineage_id, window_start, stem),
+        "task": [list(pair) for pair in task],
     }
     storage.write_bytes(layout.journal_location(token), json.dumps(journal, indent=1, sort_keys=True).encode())
 

@@ -7,6 +7,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +187,27 @@ def remove_tree(location: str | Path) -> None:
         fs.rm(bare(location), recursive=True)
     except FileNotFoundError:
         pass
+
+
+def modified(location: str | Path) -> datetime:
+    """When the object was last written, in UTC (a local file's mtime, a bucket object's last modification)."""
+    if scheme_of(location) is None:
+        return datetime.fromtimestamp(os.stat(location).st_mtime, UTC)
+    info = filesystem(location).info(bare(location))
+    for key in ("mtime", "LastModified", "updated", "last_modified"):
+        value = info.get(key)
+        if isinstance(value, datetime):
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+        if isinstance(value, str) and value:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        if isinstance(value, int | float):
+            return datetime.fromtimestamp(value, UTC)
+    raise OSError(f"{location}: the object store gave no modification time ({sorted(info)})")
+
+
+def open_input(location: str | Path) -> Any:
+    """The file opened for reading (a local file, or a bucket object read in ranges)."""
+    if scheme_of(location) is None:
+        return open(location, "rb")
+    return filesystem(location).open(bare(location), "rb")

@@ -10,27 +10,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from spanner_cdc.local_spanner.group_commit import deferred
-from spanner_cdc.local_spanner.journal_lines import journal_line
+from spanner_cdc.local_spanner.journal_lines import AppendedJournal
 
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "catalog.jsonl"
 CLOCK_MARK_NAME = "clock.json"
-_BUFFER = 1 << 20  # a group commit's entries reach the file in one write when it syncs
 
 
-class Journal:
+class Journal(AppendedJournal):
     """Append-only; every entry is flushed before the call that wrote it returns (or, inside a group commit, before
     the group's callers are answered), so a killed server keeps it."""
 
     def __init__(self, data_dir: Path, fsync: bool = False) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / JOURNAL_NAME
-        self.fsync = fsync
-        self._lock = threading.Lock()
+        super().__init__(data_dir / JOURNAL_NAME, fsync, threading.Lock())
         self._truncate_torn_tail()
-        self._file = self.path.open("ab", buffering=_BUFFER)
+        self._open_for_append()
 
     def _truncate_torn_tail(self) -> None:
         # a crash in the middle of a write leaves a last line without newline: that entry never committed
@@ -50,31 +46,6 @@ class Journal:
             for line in handle:
                 if line.strip():
                     yield json.loads(line)
-
-    def append(self, entry: dict[str, Any]) -> None:
-        line = journal_line(entry)
-        with self._lock:
-            self._file.write(line)
-        if not deferred(self):
-            self.sync()
-
-    def sync(self) -> None:
-        self.flush()
-        self.to_disk()
-
-    def flush(self) -> None:
-        with self._lock:
-            self._file.flush()
-
-    def to_disk(self) -> None:
-        if self.fsync:
-            with self._lock:
-                os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        with self._lock:
-            self._file.close()
-
 
 class ClockMark:
     """A server time no reader can have seen beyond; a restarted clock starts after it, so heartbeats stay true."""

@@ -1,4 +1,5 @@
-"""The pyspark Python data source `spanner_change_stream`: reads one partition token on an executor (a job per token)."""
+"""The pyspark Python data source `spanner_change_stream`: reads one partition token on an executor for Spark's Parquet
+writer (SPANNER_CDC_LAKE_WRITER=spark, a job per token)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 # A wave job of many tokens is no data source: `spark/wave_task.py` (no planning processes).
 
 SOURCE_NAME = "spanner_change_stream"
-FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT"
+FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT"  # the rows of jobs that land files themselves
 
 
 class SpannerChangeStreamReader(DataSourceReader):
@@ -24,11 +25,10 @@ class SpannerChangeStreamReader(DataSourceReader):
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from spanner_cdc.spark.executor import land_token, read_token
+        from spanner_cdc.spark.executor import read_token
         from spanner_cdc.spark.spec import TokenJobSpec
 
-        spec = TokenJobSpec.from_options(self.options)
-        return _settled_after(land_token(spec) if spec.writer == "arrow" else read_token(spec))
+        return _settled_after(read_token(TokenJobSpec.from_options(self.options)))
 
 
 def _settled_after(rows: Iterator[Any]) -> Iterator[Any]:
@@ -40,11 +40,8 @@ def _settled_after(rows: Iterator[Any]) -> Iterator[Any]:
 
 
 class SpannerChangeStreamDataSource(DataSource):
-    """`spark.read.format("spanner_change_stream").options(**TokenJobSpec.options()).load()`.
-
-    With writer=arrow (default) the rows are the staged files (table, path, rows): the executor lands
-    the data itself. With writer=spark they are the lake rows, for Spark's Parquet writer.
-    """
+    """`spark.read.format("spanner_change_stream").options(**TokenJobSpec.options()).load()`: the token's lake rows,
+    for Spark's Parquet writer (the default writer lands files on the executors itself: `spark/wave_task.py`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -53,7 +50,7 @@ class SpannerChangeStreamDataSource(DataSource):
     def schema(self) -> str:
         from spanner_cdc.lake.columns import spark_ddl
 
-        return FILES_DDL if self.options.get("writer", "arrow") == "arrow" else spark_ddl()
+        return spark_ddl()
 
     def reader(self, schema: Any) -> DataSourceReader:
         return SpannerChangeStreamReader(self.options)

@@ -1,9 +1,10 @@
-"""Executor side of a token job: read the partition, build lake batches, land them as Parquet in staging."""
+"""Executor side of token jobs: read the partition, build lake batches, land them as Parquet (a wave task's files)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -14,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spanner_cdc.lake import storage
-from spanner_cdc.lake.columns import PARTITION_COLUMN
+from spanner_cdc.lake.columns import rows_by_table
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
-from spanner_cdc.lake.layout import object_name
+from spanner_cdc.lake.layout import task_file_stem, task_object_name, token_digest
 from spanner_cdc.model.records import ChangeRecord, DataChangeRecord
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
+from spanner_cdc.spark.task_files import TaskFile, TaskFiles, TokenSpool, content_digest
 
 FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64())])
 # a wave job's rows: each file named by its token, and a row per token (no file) carrying its control summary
@@ -149,11 +150,7 @@ class TableFiles:
         self.pending_bytes = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
-        tables = batch.column(PARTITION_COLUMN)
-        data = batch.drop_columns([PARTITION_COLUMN])
-        names = pc.unique(tables).to_pylist()
-        for table in names:
-            rows = data if len(names) == 1 else data.filter(pc.equal(tables, table))
+        for table, rows in rows_by_table(batch):
             self.pending.setdefault(table, []).append(rows)
             self.pending_rows[table] = self.pending_rows.get(table, 0) + rows.num_rows
             self.pending_bytes += rows.nbytes
@@ -215,63 +212,26 @@ class TableFiles:
         )
 
 
-def _destinations(spec: TokenJobSpec) -> Callable[[str], str]:
-    def destination(table: str) -> str:
-        return object_name(
-            spec.lake_root, lineage_id=spec.lineage_id, token=spec.token, range_start=spec.read_from,
-            range_end=spec.read_to, table=table, window_start=spec.window_start,
-        )  # fmt: skip
+def spool_token(spec: TokenJobSpec, directory: Path) -> tuple[ControlSummary, TokenSpool | None]:
+    """One token of a wave task read into a spool of its own: its summary, and its spool (None when it failed).
 
-    return destination
-
-
-def _land(spec: TokenJobSpec, summary: ControlSummary, max_buffered: int = MAX_BUFFERED_BYTES) -> pa.RecordBatch:
-    """Read the token and publish its files; their listing. A failure drops what was written and raises."""
-    files = TableFiles(_destinations(spec), Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex, max_buffered)
+    A token that fails ends quietly: its summary carries its error (the driver fails that token alone) and its rows
+    are dropped, so the task's other tokens still land in the same job. A task that dies returns no row: its tokens
+    fail with the job.
+    """
+    summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
+    spool = TokenSpool(directory / token_digest(spec.token))
     try:
         for batch in _read(spec, summary):
-            files.write(batch)
-        return files.close()
-    except Exception:
-        files.abort()
-        raise
-
-
-def land_token(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
-    """Executor side, arrow writer: land the token's lake files in staging here, yield only their listing.
-
-    The control file is written once every file is closed, so its presence means the range is staged.
-    """
-    summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
-    try:
-        listing = _land(spec, summary)
-    except Exception as exc:
-        _failed(spec, summary, exc)
-        raise
-    clock.stamp(summary)
-    summary.write(spec.control_path)
-    yield listing
-
-
-def land_in_wave(spec: TokenJobSpec, max_buffered: int = MAX_BUFFERED_BYTES) -> Iterator[pa.RecordBatch]:
-    """One token of a wave job: its files landed as `land_token` does, listed with their token, then one row that
-    carries its control summary (the job's rows reach the driver anyway: no control file to write and read back).
-
-    A token that fails ends quietly: its summary row carries its error (the driver fails that token alone), so the
-    wave's other tokens still land in the same job. A task that dies returns no row: its tokens fail with the job.
-    """
-    summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
-    try:
-        listing = _land(spec, summary, max_buffered)
+            spool.write(batch)
+        spool.close()
     except Exception as exc:  # noqa: BLE001 - reported in the token's summary row
         log.warning("%s %s: token failed in its wave job: %s", spec.stream, spec.token, exc)
+        spool.drop()
         summary.fail(exc)
-        yield _summary_row(summary)
-        return
+        return summary, None
     clock.stamp(summary)
-    tokens = pa.array([spec.token] * listing.num_rows, pa.string())
-    yield listing.append_column("token", tokens).append_column("control", pa.nulls(listing.num_rows, pa.string()))
-    yield _summary_row(summary)
+    return summary, spool
 
 
 def _summary_row(summary: ControlSummary) -> pa.RecordBatch:
@@ -282,28 +242,56 @@ def _summary_row(summary: ControlSummary) -> pa.RecordBatch:
     )
 
 
-def _landed_rows(spec: TokenJobSpec, max_buffered: int) -> list[pa.RecordBatch]:
-    return list(land_in_wave(spec, max_buffered))
-
-
 def land_wave_tokens(specs: list[TokenJobSpec], threads: int) -> Iterator[pa.RecordBatch]:
-    """A wave task's tokens, each as `land_in_wave` lands it, up to `threads` at once; rows in the tokens' order.
+    """A wave task's tokens: each read into a spool of its own, up to `threads` at once; then the rows of those that
+    read their whole range written, in the tokens' order, into one file per table (a new one past
+    `spec.file_bytes`), published under names deterministic in what they hold (`spark/task_files.py`).
 
-    A small token mostly waits (its query's first rows, its files' flush to disk), and gRPC and file writes release
-    the GIL: tokens landed side by side overlap those waits. The task's buffer budget is shared among them, so a
-    task holds no more than one token did. The task ends only when no token of it is still landing, whatever ends it.
+    Rows: one per file and token (the token's rows in that file, the file's bytes), then each token's summary row,
+    in the tokens' order. A small token mostly waits (its query's first rows), and gRPC releases the GIL: tokens read
+    side by side overlap those waits. The task ends only when no token of it is still reading, whatever ends it.
     """
-    if threads <= 1 or len(specs) <= 1:
-        for spec in specs:
-            yield from land_in_wave(spec)
-        return
-    budget = MAX_BUFFERED_BYTES // min(threads, len(specs))
-    pool = _process_pool("token", threads)
-    futures = [pool.submit(_landed_rows, spec, budget) for spec in specs]
+    directory = Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex
     try:
-        for future in futures:
-            yield from future.result()
-    finally:  # a task that ends early (its rows no longer wanted, an error) leaves no token landing behind it
+        spooled = _spool_all(specs, threads, directory)
+        landed = [(spec, spool) for spec, (_, spool) in zip(specs, spooled, strict=True) if spool is not None]
+        for file in _write_files(landed, directory / "files") if landed else []:
+            tokens = [token for token, _ in file.rows_by_token]
+            yield pa.RecordBatch.from_pydict(
+                {"table": [file.table] * len(tokens), "path": [file.path] * len(tokens),
+                 "rows": [rows for _, rows in file.rows_by_token], "bytes": [file.bytes] * len(tokens),
+                 "token": tokens, "control": [None] * len(tokens)},
+                schema=WAVE_SCHEMA,
+            )  # fmt: skip
+        for summary, _ in spooled:
+            yield _summary_row(summary)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _spool_all(specs: list[TokenJobSpec], threads: int, directory: Path) -> list[tuple[ControlSummary, TokenSpool | None]]:
+    if threads <= 1 or len(specs) <= 1:
+        return [spool_token(spec, directory) for spec in specs]
+    pool = _process_pool("token", threads)
+    futures = [pool.submit(spool_token, spec, directory) for spec in specs]
+    try:
+        return [future.result() for future in futures]
+    finally:  # a task that ends early (an error) leaves no token reading behind it
         for future in futures:
             future.cancel()
         wait(futures)
+
+
+def _write_files(landed: list[tuple[TokenJobSpec, TokenSpool]], scratch: Path) -> list[TaskFile]:
+    """The landed tokens' rows in one file per table (rolled past the size), named for what they hold."""
+    first = landed[0][0]
+    stem = first.file_stem or task_file_stem(first.lineage_id, [(s.token, s.read_from, s.read_to) for s, _ in landed])
+    content = content_digest([spec for spec, _ in landed])
+
+    def destination(table: str, sequence: int) -> str:
+        return task_object_name(first.lake_root, stem=stem, content=content, table=table, window_start=first.window_start, sequence=sequence)
+
+    files = TaskFiles(destination, scratch, first.file_bytes)
+    for table in sorted({table for _, spool in landed for table in spool.paths}):
+        files.write_table(table, [(spec.token, spool) for spec, spool in landed if table in spool.paths])
+    return files.published

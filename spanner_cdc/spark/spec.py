@@ -35,11 +35,13 @@ class TokenJobSpec:
     read_method: str
     attempt_dir: str
     max_rows: int = DEFAULT_MAX_ROWS
-    writer: str = "arrow"
     partition_mode: str = "auto"  # asked once by the driver, so an executor does not ask again per token
     # where the arrow writer lands the files itself: LakeLayout.location, and the names' lineage
     lake_root: str = ""
     lineage_id: int = 0
+    # a wave task's files: their names start with file_stem (journaled by the driver); a file rolls past file_bytes
+    file_stem: str = ""
+    file_bytes: int = 256 << 20
 
     @property
     def data_dir(self) -> Path:
@@ -77,10 +79,11 @@ class TokenJobSpec:
             read_method=get("read_method"),
             attempt_dir=get("attempt_dir"),
             max_rows=int(get("max_rows") or DEFAULT_MAX_ROWS),
-            writer=get("writer") or "arrow",
             partition_mode=get("partition_mode") or "auto",
             lake_root=get("lake_root") or "",
             lineage_id=int(get("lineage_id") or 0),
+            file_stem=get("file_stem") or "",
+            file_bytes=int(get("file_bytes") or 256 << 20),
         )
 
 

@@ -1,4 +1,4 @@
-"""Driver side of token jobs (one token, or a wave of tokens in one job): run them, read back control files (never data)."""
+"""Driver side of token jobs (a wave of tokens in one job, or one token for Spark's writer): run them, read back their summaries (never data)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
 from spanner_cdc.names import short_token
 from spanner_cdc.settings import Settings
 from spanner_cdc.spark.control_file import ControlSummary
-from spanner_cdc.spark.datasource import FILES_DDL, SOURCE_NAME
+from spanner_cdc.spark.datasource import SOURCE_NAME
 from spanner_cdc.spark.spec import TokenJobSpec
-from spanner_cdc.spark.wave_task import WAVE_FILES_DDL, WaveTasks
+from spanner_cdc.spark.wave_task import WAVE_FILES_DDL, WaveTasks, split_tasks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,30 +25,23 @@ _ERROR_TYPES: dict[str, type[SpannerCdcError]] = {
     "SourceError": SourceError,
 }
 
-__all__ = ["SOURCE_NAME", "TokenJobSpec", "TokenOutcome", "run_token_job", "run_wave_job"]
+__all__ = ["SOURCE_NAME", "TokenJobSpec", "TokenOutcome", "plan_tasks", "run_token_job", "run_wave_job"]
 
 
-def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> tuple[ControlSummary, list[dict[str, Any]]]:
-    """Driver side: one Spark job reads the token on an executor, which lands its Parquet files.
-
-    Data never passes through the driver: only the files' listing (table, path, rows, bytes; arrow writer)
-    comes back through Spark, and the control file through the lake's storage.
-    """
+def run_token_job(spark: SparkSession, spec: TokenJobSpec) -> ControlSummary:
+    """Driver side, Spark's writer (SPANNER_CDC_LAKE_WRITER=spark): one Spark job reads the token on an executor
+    and writes its rows with Spark's Parquet writer into the attempt's local staging; the control file comes back
+    through the lake's storage."""
     from spanner_cdc.spark.session import ensure_source_registered
 
     ensure_source_registered(spark)
-    ddl = FILES_DDL if spec.writer == "arrow" else spark_ddl()
-    frame = spark.read.format(SOURCE_NAME).schema(ddl).options(**spec.options()).load()
+    frame = spark.read.format(SOURCE_NAME).schema(spark_ddl()).options(**spec.options()).load()
     job_error: Exception | None = None
-    listing: list[dict[str, Any]] = []
     try:
-        if spec.writer == "arrow":
-            listing = [row.asDict() for row in frame.collect()]  # a row per published file
-        else:
-            frame.write.mode("error").partitionBy(PARTITION_COLUMN).parquet(str(spec.data_dir))
+        frame.write.mode("error").partitionBy(PARTITION_COLUMN).parquet(str(spec.data_dir))
     except Exception as exc:  # pyspark raises its own (classic or Connect) exception types
         job_error = exc
-    return _summary(spec, job_error), listing
+    return _summary(spec, job_error)
 
 
 def _summary(spec: TokenJobSpec, job_error: Exception | None) -> ControlSummary:
@@ -85,26 +78,35 @@ class TokenOutcome:
 # Settings.task_tokens, the tokens one task of a wave job lands (up to Settings.task_threads at once): Spark's cost
 # per task (scheduling, a round trip to a Python worker, the JVM's side of it) is far more than a small token's own
 # work (~6 ms of CPU). At 1,000 small partitions, 16 a task rather than 4 cut the driver JVM's CPU 12.7 -> 9.1 s. A
-# task's memory stays that of one token (its tokens share one write buffer); 1 gives a task per token.
-# Settings.task_threads, how many of a task's tokens it lands at once (threads in the task's Python worker): a small
-# token mostly waits on its query and on its files' flush to disk, and those waits overlap. 1: one after another.
+# task writes one file per table for all its tokens, so this also bounds a window's files (tables x tasks); a task's
+# memory stays flat (each token's rows are spooled to local disk as they come). 1 gives a task per token.
+# Settings.task_threads, how many of a task's tokens it reads at once (threads in the task's Python worker): a small
+# token mostly waits on its query, and those waits overlap. 1: one after another.
 # Both travel to the executors in the job's WaveTasks.
 
 
+def plan_tasks(specs: Sequence[TokenJobSpec], task_tokens: int = Settings.task_tokens) -> list[list[TokenJobSpec]]:
+    """A wave job's tokens in tasks of `task_tokens` each."""
+    return split_tasks(specs, task_tokens)
+
+
 def run_wave_job(
-    spark: SparkSession, specs: Sequence[TokenJobSpec], task_tokens: int = Settings.task_tokens, task_threads: int = Settings.task_threads
+    spark: SparkSession, tasks: Sequence[Sequence[TokenJobSpec]], task_threads: int = Settings.task_threads
 ) -> list[TokenOutcome]:
-    """Driver side: one Spark job lands many tokens (arrow writer), a task per few tokens (`spark/wave_task.py`).
+    """Driver side: one Spark job lands many tokens (arrow writer), a task per few tokens (`spark/wave_task.py`, split
+    by `plan_tasks`), each task's landed tokens in one file per table.
 
     Per-job costs (scheduling, a round trip to a Connect server) are paid once for the wave. Each token's control
-    summary comes back as a row of the job (no control file). A token that fails fails alone (its error is in its
-    summary); a job that fails as a whole fails every token of it.
+    summary comes back as a row of the job (no control file), and its listing names the files holding its rows with
+    its own count in each (a file shared with other tokens appears in each one's listing). A token that fails fails
+    alone (its error is in its summary, its rows in no file); a job that fails as a whole fails every token of it.
     """
+    specs = [spec for task in tasks for spec in task]
     job_error: Exception | None = None
     listings: dict[str, list[dict[str, Any]]] = {spec.token: [] for spec in specs}
     summaries: dict[str, ControlSummary] = {}
     try:
-        for listing in _wave_rows(spark, WaveTasks(specs, task_tokens, task_threads)):
+        for listing in _wave_rows(spark, WaveTasks(tasks, task_threads)):
             token, control = listing.pop("token"), listing.pop("control")
             if control is None:
                 listings[token].append(listing)

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
 WAVE_FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT, `token` STRING, `control` STRING"
 
 
+def split_tasks(specs: Sequence[Any], per_task: int) -> list[list[Any]]:
+    """A wave job's tokens in tasks of at most `per_task`, spread evenly: with 10 tokens and 4 a task, tasks of 4,
+    3 and 3 rather than 4, 4 and 2. The driver splits once, and journals each task's file names before the job."""
+    count = -(-len(specs) // max(1, per_task))
+    return [list(specs[n::count]) for n in range(count)]
+
+
 class WaveTasks:
     """A wave job's tasks, a few tokens each: `rows` over task numbers for an RDD job (classic sessions), or the
     object itself over a range's batches for `mapInArrow` (Spark Connect, which has no RDDs); see `run_wave_job`.
@@ -30,10 +37,8 @@ class WaveTasks:
     and a task unpickles its own alone.
     """
 
-    def __init__(self, specs: Sequence[TokenJobSpec], per_task: int, threads: int) -> None:
-        count = -(-len(specs) // max(1, per_task))
-        # spread evenly: with 10 tokens and 4 per task, tasks of 4, 3 and 3 rather than 4, 4 and 2
-        self.tasks = [pickle.dumps(list(specs[n::count])) for n in range(count)]
+    def __init__(self, tasks: Sequence[Sequence[TokenJobSpec]], threads: int) -> None:
+        self.tasks = [pickle.dumps(list(specs)) for specs in tasks]
         self.threads = max(1, threads)
 
     def __len__(self) -> int:

@@ -12,21 +12,25 @@ _AT = "TIMESTAMPTZ 'epoch' + {} * INTERVAL '1 microsecond'"
 # transition_sql.BY_KEY), so a lineage without statistics yet is not scanned once per token. `locked` takes
 # the row locks in token order, so two batches that share rows (a reclaimed token) always lock in the same
 # order, and carries the completion to the update; the update repeats the compare-and-set, so a token whose
-# claim was lost is left alone and reported by its absence.
+# claim was lost is left alone and reported by its absence. Completions of one `grp` (tokens whose rows share a
+# file) land together or not at all: `whole` keeps the groups every token of which still holds its claim.
 LAND_MANY = sa.text(
     f"""
     WITH batch AS MATERIALIZED (
         SELECT b.token, b.owner, b.attempt, {_AT.format("b.watermark")} AS watermark, b.finished,
-               {_AT.format("b.partition_end")} AS partition_end, b.records, b.files
+               {_AT.format("b.partition_end")} AS partition_end, b.records, b.files, b.grp
         FROM json_to_recordset(CAST(:batch AS json)) AS b(
             token text, owner text, attempt integer, watermark bigint, finished boolean,
-            partition_end bigint, records bigint, files integer)
+            partition_end bigint, records bigint, files integer, grp text)
     ), locked AS (
         SELECT b.* FROM cdc_partitions p JOIN batch b ON b.token = p.token
         WHERE p.lineage_id = :lineage_id AND p.token = ANY(ARRAY(SELECT token FROM batch)) AND p.state = 'RUNNING'
           AND p.lease_owner = b.owner AND p.attempts = b.attempt
         ORDER BY p.token
         FOR UPDATE OF p
+    ), whole AS (
+        SELECT b.grp FROM batch b LEFT JOIN locked l ON l.token = b.token
+        GROUP BY b.grp HAVING bool_and(l.token IS NOT NULL)
     ), landed AS (
         UPDATE cdc_partitions p
         SET watermark = greatest(p.watermark, b.watermark),
@@ -39,6 +43,7 @@ LAND_MANY = sa.text(
         FROM locked b
         WHERE p.lineage_id = :lineage_id AND p.token = b.token AND p.token = ANY(ARRAY(SELECT token FROM batch))
           AND p.state = 'RUNNING' AND p.lease_owner = b.owner AND p.attempts = b.attempt
+          AND b.grp IN (SELECT grp FROM whole)
         RETURNING p.token, p.watermark, b.attempt, b.finished, b.records, b.files
     ), closed AS (
         UPDATE cdc_attempts a
@@ -93,5 +98,15 @@ RENEW_MANY = sa.text(
     WHERE p.lineage_id = :lineage_id AND p.token = b.token AND p.state = 'RUNNING'
       AND p.lease_owner = b.owner AND p.attempts = b.attempt
     RETURNING p.token, p.lease_expires_at
+    """
+)
+ANY_ATTEMPT_RUNNING = sa.text(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM cdc_partitions p
+        JOIN unnest(CAST(:tokens AS text[]), CAST(:attempts AS integer[])) AS a(token, attempt) ON a.token = p.token
+        WHERE p.lineage_id = :lineage_id AND p.token = ANY(CAST(:tokens AS text[])) AND p.state = 'RUNNING'
+          AND p.attempts = a.attempt
+    )
     """
 )

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, Row
 from spanner_cdc.lineage import rules
 from spanner_cdc.model.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
 from spanner_cdc.store.base import StoreBase
-from spanner_cdc.store.batch_sql import LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
+from spanner_cdc.store.batch_sql import ANY_ATTEMPT_RUNNING, LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
 from spanner_cdc.store.models import BatchResult, Claim, Completion, LeaseLost
 from spanner_cdc.store.transition_sql import (
     INSERT_CHILDREN,
@@ -89,7 +89,7 @@ def _land_params(lineage_id: int, items: Sequence[Completion]) -> dict[str, obje
                 "token": claim.token, "owner": claim.owner, "attempt": claim.attempt,
                 "watermark": _micros(item.watermark, "watermark", seen), "finished": item.finished,
                 "partition_end": _micros(end, "child partitions start_timestamp", seen),
-                "records": item.records, "files": len(unique),
+                "records": item.records, "files": len(unique), "grp": item.group or claim.token,
             }
         )  # fmt: skip
     # msgspec writes the same JSON several times faster than json.dumps; text, so the driver sends no bytea
@@ -129,7 +129,8 @@ class BatchTransitions(StoreBase):
         """Commit many landed ranges of one lineage in one transaction and a fixed number of statements.
 
         Each token is its own compare-and-set, as with `complete`: a token whose claim was lost is left
-        untouched (with its files and children) and reported in `lost`; the others land. Children of the
+        untouched (with its files and children) and reported in `lost`; the others land, but for those of the same
+        `group` (tokens whose rows share a file), which are left untouched too and reported in `held_back`. Children of the
         landed tokens are inserted once, and a child is promoted once all its parents are finished.
         """
         if not items:
@@ -156,8 +157,8 @@ class BatchTransitions(StoreBase):
                 if candidates:
                     rows = conn.execute(PROMOTE, {"lineage_id": lineage_id, "tokens": candidates})
                     promoted = sorted([*promoted, *rows.scalars().all()])
-            lost = tuple(lease_lost(conn, item.claim, "complete") for item in items if item.claim.token not in landed)
-            return BatchResult(tuple(sorted(landed)), lost, tuple(promoted))
+            lost, held = _not_landed(conn, items, landed)
+            return BatchResult(tuple(sorted(landed)), lost, tuple(promoted), held)
 
         result = self._db.transaction(body, batch=True)
         if result.promoted:
@@ -169,11 +170,10 @@ class BatchTransitions(StoreBase):
         transaction (one round trip). Who holds a lost token now is asked afterwards: it was never ours."""
         landed = set(self._db.statement(lambda conn: conn.execute(LAND_MANY, params).scalars().all()))
         lost: tuple[LeaseLost, ...] = ()
+        held: tuple[str, ...] = ()
         if len(landed) < len(items):
-            lost = self._db.transaction(
-                lambda conn: tuple(lease_lost(conn, i.claim, "complete") for i in items if i.claim.token not in landed)
-            )
-        return BatchResult(tuple(sorted(landed)), lost, ())
+            lost, held = self._db.transaction(lambda conn: _not_landed(conn, items, landed))
+        return BatchResult(tuple(sorted(landed)), lost, (), held)
 
     @staticmethod
     def _insert_children(
@@ -192,6 +192,13 @@ class BatchTransitions(StoreBase):
             INSERT_EDGES,
             {"lineage_id": lineage_id, "children": [c for c, _ in edges], "parents": [p for _, p in edges]},
         )
+
+    def any_attempt_running(self, lineage_id: int, attempts: Sequence[tuple[str, int]]) -> bool:
+        """Whether any of these (token, attempt) is still RUNNING: an attempt that may still commit what it wrote."""
+        if not attempts:
+            return False
+        params = {"lineage_id": lineage_id, "tokens": [t for t, _ in attempts], "attempts": [a for _, a in attempts]}
+        return bool(self._db.statement(lambda conn: conn.execute(ANY_ATTEMPT_RUNNING, params).scalar()))
 
     def renew_many(self, claims: Sequence[Claim], lease: timedelta) -> tuple[list[Claim], list[Claim]]:
         """Extend many held leases in one statement: (renewed claims with their new expiry, claims no longer ours)."""
@@ -213,6 +220,23 @@ class BatchTransitions(StoreBase):
             if c.token in expires
         ]
         return renewed, [c for c in claims if c.token not in expires]
+
+
+def _not_landed(conn: Connection, items: Sequence[Completion], landed: set[str]) -> tuple[tuple[LeaseLost, ...], tuple[str, ...]]:
+    """The batch's tokens that did not land: those whose claim was lost (with who holds them now), and those held
+    back, still ours, because a token of their group lost its claim (their caller fails them for a retry)."""
+    lost: list[LeaseLost] = []
+    held: list[str] = []
+    for item in items:
+        claim = item.claim
+        if claim.token in landed:
+            continue
+        row = conn.execute(LEASE_HOLDER, {"lineage_id": claim.lineage_id, "token": claim.token}).one_or_none()
+        if row is not None and (row.state, row.lease_owner, row.attempts) == ("RUNNING", claim.owner, claim.attempt):
+            held.append(claim.token)
+        else:
+            lost.append(lease_lost(conn, claim, "complete"))
+    return tuple(lost), tuple(held)
 
 
 def _insert_started_and_moves(conn: Connection, lineage_id: int, done: Sequence[Completion]) -> list[str]:

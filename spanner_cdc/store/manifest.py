@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -219,6 +219,41 @@ class WindowQueries(StoreBase):
             f"SELECT {MANIFEST_COLUMNS} FROM cdc_manifest WHERE {' AND '.join(clauses)} ORDER BY token, range_start, path"
         )
         return self._db.transaction(lambda conn: [manifest_from(r) for r in conn.execute(statement, params)])
+
+
+RETIRE_FILES = sa.text(
+    "DELETE FROM cdc_manifest WHERE lineage_id = :lineage_id AND path = ANY(CAST(:paths AS text[])) RETURNING path"
+)
+ADD_COMPACTED = sa.text(
+    """
+    INSERT INTO cdc_manifest (lineage_id, path, token, range_start, range_end, window_start, window_end, rows, bytes,
+                              table_name, attempt)
+    VALUES (:lineage_id, :path, :token, :range_start, :range_end, :window_start, :window_end, :rows, :bytes,
+            :table_name, 0)
+    ON CONFLICT (lineage_id, path) DO NOTHING
+    """
+)
+
+
+class CompactionQueries(StoreBase):
+    def replace_files(self, lineage_id: int, old: Sequence[str], new: Sequence[ManifestFile]) -> int:
+        """Compaction's store step: the manifest's `old` paths replaced by the `new` files holding their rows, in one
+        transaction. Idempotent: once `old` are gone nothing changes (0 returned), else the count of `old` replaced."""
+
+        def body(conn: Connection) -> int:
+            self._lineage_by_id(conn, lineage_id)
+            gone = conn.execute(RETIRE_FILES, {"lineage_id": lineage_id, "paths": list(old)}).scalars().all()
+            if not gone:
+                return 0
+            for f in new:
+                conn.execute(ADD_COMPACTED, {
+                    "lineage_id": lineage_id, "path": f.path, "token": f.token, "range_start": f.range_start,
+                    "range_end": f.range_end, "window_start": f.window_start, "window_end": f.window_end,
+                    "rows": f.rows, "bytes": f.bytes, "table_name": f.table_name,
+                })  # fmt: skip
+            return len(gone)
+
+        return self._db.transaction(body)
 
 
 def _incomplete_message(status: WindowStatus) -> str:

@@ -6,12 +6,12 @@ from spanner_cdc.store import migrations
 from spanner_cdc.store.database import Database
 from spanner_cdc.store.lineages import LineageQueries
 from spanner_cdc.store.liveness import Liveness
-from spanner_cdc.store.manifest import WindowQueries
+from spanner_cdc.store.manifest import CompactionQueries, WindowQueries
 from spanner_cdc.store.snapshots import SnapshotQueries
 from spanner_cdc.store.transitions import PartitionTransitions
 
 
-class MetadataStore(LineageQueries, PartitionTransitions, WindowQueries, SnapshotQueries):
+class MetadataStore(LineageQueries, PartitionTransitions, WindowQueries, CompactionQueries, SnapshotQueries):
     """Every method is one transaction; callers never see SQL or sessions."""
 
     def __init__(self, db: Database) -> None:

@@ -110,6 +110,8 @@ class Completion:
     window_end: datetime | None = None
     started: tuple[PartitionStartRecord, ...] = ()  # MUTABLE_KEY_RANGE: partitions announced by start records
     moves: tuple[PartitionEventRecord, ...] = ()  # MUTABLE_KEY_RANGE: key range moves, kept as edges
+    # completions of one group land together or not at all: tokens whose rows share a file (default: its own token)
+    group: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,8 @@ class BatchResult:
     landed: tuple[str, ...]
     lost: tuple[LeaseLost, ...]
     promoted: tuple[str, ...]
+    # tokens still held by their claim but not landed, because a token of their group lost its claim
+    held_back: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,17 +5,12 @@
 'use strict';
 
 const {Spanner} = require('@google-cloud/spanner');
+const {iso, readMods} = require('./stream_read');
 
 const [project, instanceId, databaseId, dialect] = process.argv.slice(2);
 const postgres = dialect === 'POSTGRESQL';
 const p = (n, name) => (postgres ? `$${n}` : `@${name}`);
 const names = values => Object.fromEntries(Object.entries(values).map(([k, v], i) => [postgres ? `p${i + 1}` : k, v]));
-
-function iso(timestamp) {
-  // a google.protobuf.Timestamp as RFC 3339 with all nine fraction digits
-  const seconds = new Date(Number(String(timestamp.seconds)) * 1000).toISOString().slice(0, 19);
-  return `${seconds}.${String(timestamp.nanos || 0).padStart(9, '0')}Z`;
-}
 
 function plain(rows) {
   return rows.map(row => row.toJSON({wrapNumbers: false}));
@@ -27,39 +22,9 @@ async function query(database, sql, params = {}, types = {}, bounds = undefined)
 }
 
 async function readStream(database, start, end) {
-  const sql = postgres
-    ? 'SELECT * FROM spanner.read_json_s($1, $2, $3, $4, null)'
-    : 'SELECT ChangeRecord FROM READ_s(start_timestamp => @start, end_timestamp => @end, partition_token => @token, heartbeat_milliseconds => @hb)';
-  const types = {start: 'timestamp', end: 'timestamp', token: 'string', hb: 'int64'};
-  const records = [];
-  const pending = [[null, start]];
-  const seen = new Set();
-  while (pending.length) {
-    const [token, from] = pending.shift();
-    const [rows] = await database.run({sql, params: names({start: from, end, token, hb: 1000}), types: names(types), json: true});
-    for (const row of rows) {
-      // the PostgreSQL column is PG_JSONB, which the client hands over wrapped: {value: {...}}
-      const elements = postgres ? [Object.values(row)[0].value] : row.ChangeRecord;
-      for (const element of elements) {
-        const data = postgres ? element.data_change_record : element.data_change_record[0];
-        const children = postgres ? element.child_partitions_record : element.child_partitions_record[0];
-        if (data) {
-          for (const mod of data.mods) {
-            records.push({table: data.table_name, mod_type: data.mod_type, keys: mod.keys, new_values: mod.new_values, old_values: mod.old_values});
-          }
-        }
-        if (children) {
-          for (const child of children.child_partitions) {
-            if (!seen.has(child.token)) {
-              seen.add(child.token);
-              pending.push([child.token, children.start_timestamp]);
-            }
-          }
-        }
-      }
-    }
-  }
-  return records;
+  const mods = await readMods(database, postgres, 's', start, end);
+  return mods.map(({data, mod}) => ({table: data.table_name, mod_type: data.mod_type, keys: mod.keys, new_values: mod.new_values,
+    old_values: mod.old_values}));
 }
 
 async function main() {

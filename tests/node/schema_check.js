@@ -6,14 +6,10 @@
 'use strict';
 
 const {Spanner} = require('@google-cloud/spanner');
+const {iso, readMods} = require('./stream_read');
 
 const [project, instanceId, databaseId, dialect, start] = process.argv.slice(2);
 const postgres = dialect === 'POSTGRESQL';
-
-function iso(timestamp) {
-  const seconds = new Date(Number(String(timestamp.seconds)) * 1000).toISOString().slice(0, 19);
-  return `${seconds}.${String(timestamp.nanos || 0).padStart(9, '0')}Z`;
-}
 
 async function query(database, sql, bounds = undefined) {
   const [rows] = await database.run({sql}, bounds);
@@ -21,39 +17,9 @@ async function query(database, sql, bounds = undefined) {
 }
 
 async function readStream(database, stream, from, end) {
-  const sql = postgres
-    ? `SELECT * FROM spanner.read_json_${stream}($1, $2, $3, $4, null)`
-    : `SELECT ChangeRecord FROM READ_${stream}(start_timestamp => @p1, end_timestamp => @p2, partition_token => @p3, heartbeat_milliseconds => @p4)`;
-  const types = {p1: 'timestamp', p2: 'timestamp', p3: 'string', p4: 'int64'};
-  const records = [];
-  const pending = [[null, from]];
-  const seen = new Set();
-  while (pending.length) {
-    const [token, at] = pending.shift();
-    const [rows] = await database.run({sql, params: {p1: at, p2: end, p3: token, p4: 1000}, types, json: true});
-    for (const row of rows) {
-      const elements = postgres ? [Object.values(row)[0].value] : row.ChangeRecord;
-      for (const element of elements) {
-        const data = postgres ? element.data_change_record : element.data_change_record[0];
-        const children = postgres ? element.child_partitions_record : element.child_partitions_record[0];
-        if (data) {
-          for (const mod of data.mods) {
-            records.push({table: data.table_name, mod_type: data.mod_type, keys: mod.keys, new_values: mod.new_values,
-              system: data.is_system_transaction, transaction: data.server_transaction_id});
-          }
-        }
-        if (children) {
-          for (const child of children.child_partitions) {
-            if (!seen.has(child.token)) {
-              seen.add(child.token);
-              pending.push([child.token, children.start_timestamp]);
-            }
-          }
-        }
-      }
-    }
-  }
-  return records;
+  const mods = await readMods(database, postgres, stream, from, end);
+  return mods.map(({data, mod}) => ({table: data.table_name, mod_type: data.mod_type, keys: mod.keys, new_values: mod.new_values,
+    system: data.is_system_transaction, transaction: data.server_transaction_id}));
 }
 
 async function errorCode(work) {

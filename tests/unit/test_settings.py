@@ -147,7 +147,8 @@ def test_a_bad_spark_master_is_named_without_its_token() -> None:
 
 
 def test_the_iceberg_catalog_is_off_store_or_a_catalog_url() -> None:
-    assert load_settings(env={}).iceberg_catalog == "off"
+    assert load_settings(env={}).iceberg_catalog == "store"  # on by default
+    assert load_settings(env={"SPANNER_CDC_ICEBERG_CATALOG": "OFF"}).iceberg_catalog == "off"
     assert load_settings(env={"SPANNER_CDC_ICEBERG_CATALOG": "Store"}).iceberg_catalog == "store"
     assert load_settings({"iceberg_catalog": "https://catalog.example/api/"}).iceberg_catalog == "https://catalog.example/api"
     assert load_settings({"iceberg_catalog": "thrift://metastore:9083"}).iceberg_catalog == "thrift://metastore:9083"
@@ -167,6 +168,17 @@ def test_a_subprocess_does_not_inherit_pyspark_connect_markers(monkeypatch: pyte
     env = subprocess_env(Settings(spark_master="spark://127.0.0.1:7077"))
     assert "SPARK_CONNECT_MODE_ENABLED" not in env and "SPARK_REMOTE" not in env
     assert env["SPANNER_CDC_SPARK_MASTER"] == "spark://127.0.0.1:7077"
+
+
+def test_the_target_file_size_is_a_byte_size_with_units() -> None:
+    assert load_settings(env={}).target_file_size == 256 << 20
+    assert load_settings(env={"SPANNER_CDC_TARGET_FILE_SIZE": "512MB"}).target_file_size == 512 << 20
+    assert load_settings({"target_file_size": "64 MiB"}).target_file_size == 64 << 20
+    assert load_settings({"target_file_size": 4096}).target_file_size == 4096
+    assert load_settings({"target_file_size": "1gb"}).target_file_size == 1 << 30
+    for bad in ("lots", "12 PB", "100", "32GB", -5, True):
+        with pytest.raises(ConfigError, match=r"target.file.size.*a size in bytes from 1KB to 16GB"):
+            load_settings({"target_file_size": bad})
 
 
 # Each tuning knob: its default, a value it takes from the environment (as it did when read deep in extract, spark
@@ -213,3 +225,20 @@ def test_a_subprocess_gets_the_tuning_of_the_settings() -> None:
     env = subprocess_env(Settings(metadata_url="postgresql://u@h/db", task_tokens=3, lake_writer="spark"))
     assert (env["SPANNER_CDC_TASK_TOKENS"], env["SPANNER_CDC_LAKE_WRITER"]) == ("3", "spark")
     assert load_settings({}, env=env).task_tokens == 3
+
+
+def test_a_subprocess_gets_no_text_none_for_an_unset_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """str(None) reached the child: it refused the URL "None", and took "None" for a stream name."""
+    from spanner_cdc.settings import Settings, subprocess_env
+
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", "127.0.0.1:1")  # this process's, not what the settings say
+    env = subprocess_env(Settings())
+    assert "None" not in env.values()
+    for unset in ("SPANNER_CDC_METADATA_URL", "SPANNER_CDC_STREAM", "SPANNER_EMULATOR_HOST"):
+        assert unset not in env
+    child = load_settings({}, env=env)
+    assert (child.metadata_url, child.stream, child.emulator_host) == (None, None, None)
+
+    given = Settings(stream="Orders", metadata_url="postgresql://u@h/db", emulator_host="localhost:9010")
+    child = load_settings({}, env=subprocess_env(given))
+    assert (child.stream, child.metadata_url, child.emulator_host) == ("Orders", "postgresql://u@h/db", "localhost:9010")

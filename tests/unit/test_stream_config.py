@@ -165,3 +165,49 @@ def test_a_stream_lands_in_a_bucket_and_a_bad_scheme_is_refused_by_name() -> Non
     assert config.output_root == "gs://lake-bucket/cdc"
     with pytest.raises(ConfigError, match=r"^invalid streams\.orders\.output_root='ftp://h/x': expected a local path, gs://bucket/prefix or s3://bucket/prefix$"):
         parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "output_root": "ftp://h/x"})
+
+
+def test_maintenance_keys_parse_and_win_over_the_global_settings() -> None:
+    config = parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "maintenance_schedule": "0 3 * * *",
+                                     "target_file_size": "128MB", "snapshot_retention": "3d", "orphan_min_age": "12h"})  # fmt: skip
+    assert parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z"}).maintenance_schedule == "@daily"
+    resolved = config.settings(load_settings(env={}))
+    assert (resolved.target_file_size, resolved.snapshot_retention, resolved.orphan_min_age) == (
+        128 << 20, dt.timedelta(days=3), dt.timedelta(hours=12)
+    )
+    with pytest.raises(ConfigError, match=r"streams.orders.orphan_min_age.*a duration"):
+        parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "orphan_min_age": "soon"})
+
+
+def test_the_deadline_is_the_window_plus_the_minutes_after_the_logical_date() -> None:
+    hourly = parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z"})
+    assert hourly.deadline_minutes == 90 and hourly.deadline_notifier is None
+    assert hourly.deadline_after() == dt.timedelta(hours=1, minutes=90)
+    daily = parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "schedule": "30 2 * * *", "deadline_minutes": 15})
+    assert daily.deadline_after() == dt.timedelta(days=1, minutes=15)
+    assert parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "deadline_minutes": 0}).deadline_after() is None
+    notified = parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "deadline_notifier": "pkg.mod.Notifier",
+                                       "deadline_notifier_kwargs": {"text": "late"}})  # fmt: skip
+    assert (notified.deadline_notifier, notified.deadline_notifier_kwargs) == ("pkg.mod.Notifier", {"text": "late"})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "accepted"),
+    [
+        ("deadline_minutes", -1, "an integer in [0, 10080]"),
+        ("deadline_notifier", "not a path", "a dotted path such as"),
+        ("deadline_notifier_kwargs", "text=late", "a TOML table of keyword arguments"),
+    ],
+)
+def test_bad_deadline_settings_name_the_field(field: str, value: object, accepted: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", field: value})
+    assert f"streams.orders.{field}" in str(caught.value) and accepted in str(caught.value)
+
+
+def test_end_date_is_optional_and_not_before_start() -> None:
+    assert parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z"}).end_date is None
+    config = parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "end_date": "2024-03-02T05:00:00Z"})
+    assert config.end_date == dt.datetime(2024, 3, 2, 5, tzinfo=dt.UTC)
+    with pytest.raises(ConfigError, match=r"streams\.orders\.end_date.*not before start_date"):
+        parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "end_date": "2024-02-01T00:00:00Z"})

@@ -40,8 +40,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--namespace", help="lineage namespace (default: live)")
     parser.add_argument("--output-root", help="root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (SPANNER_CDC_OUTPUT_ROOT)")
     parser.add_argument(
-        "--iceberg-catalog", help="commit each closed window to the stream's Iceberg table: off (default), store (a SQL "
-        "catalog in the metadata store) or a REST/Hive catalog URL (SPANNER_CDC_ICEBERG_CATALOG)",
+        "--iceberg-catalog", help="commit each closed window to the stream's Iceberg table: store (default: a SQL "
+        "catalog in the metadata store), off, or a REST/Hive catalog URL (SPANNER_CDC_ICEBERG_CATALOG)",
     )  # fmt: skip
     add_spanner_flags(parser)
     add_dialect_flag(parser, "SQL dialect (default: auto)")

@@ -1,4 +1,5 @@
-"""`spanner-cdc lake show`: the Iceberg tables of a stream (change log, current-state tables), a snapshot per window."""
+"""`spanner-cdc lake show|maintain`: the Iceberg tables of a stream (change log, current-state tables), a snapshot per
+window, and the change log's upkeep."""
 
 from __future__ import annotations
 
@@ -34,13 +35,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")
     show.add_argument("--output-root", help="root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (SPANNER_CDC_OUTPUT_ROOT)")
     show.add_argument(
-        "--iceberg-catalog", help="store (the metadata store's SQL catalog, the default here) or a REST/Hive catalog URL "
+        "--iceberg-catalog", help="store (the metadata store's SQL catalog, the default; off reads it too) or a REST/Hive catalog URL "
         "(SPANNER_CDC_ICEBERG_CATALOG)",
     )  # fmt: skip
     show.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     show.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     add_metadata_url_flag(show)
     show.set_defaults(func=run_show)
+    maintain = actions.add_parser(
+        "maintain",
+        help="compact closed windows' small files, expire old snapshots, remove files nothing lists",
+        description="Maintain one lineage's change log: each closed window's files of a table rewritten into files "
+        "near --target-file-size (one Iceberg replace snapshot each, then the window's next marker generation, then "
+        "the manifest), snapshots older than --snapshot-retention expired (never the current one), and data files no "
+        "manifest row, live snapshot or marker lists removed once older than --orphan-min-age. Each step is "
+        "idempotent and safe to kill; a re-run finishes the work. Compaction and expiry need the Iceberg catalog.",
+    )
+    maintain.add_argument("--stream", help="change stream name (default: SPANNER_CDC_STREAM)")
+    maintain.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")
+    maintain.add_argument("--output-root", help="root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (SPANNER_CDC_OUTPUT_ROOT)")
+    maintain.add_argument("--iceberg-catalog", help="store (default), off, or a REST/Hive catalog URL (SPANNER_CDC_ICEBERG_CATALOG)")
+    maintain.add_argument("--target-file-size", help="size compaction aims at, such as 256MB (SPANNER_CDC_TARGET_FILE_SIZE, default 256MB)")
+    maintain.add_argument("--snapshot-retention", help="expire snapshots older than this, such as 7d (SPANNER_CDC_SNAPSHOT_RETENTION, default 7d)")
+    maintain.add_argument("--orphan-min-age", help="remove unlisted files only once older than this, such as 24h (SPANNER_CDC_ORPHAN_MIN_AGE, default 24h)")
+    maintain.add_argument("--json", action="store_true", help="print what was done as JSON")
+    add_metadata_url_flag(maintain)
+    maintain.set_defaults(func=run_maintain)
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -122,3 +142,22 @@ def _print_changelog(shown: dict[str, Any]) -> None:
         mark = " *" if r["current"] else ""
         print(f"{r['snapshot_id']:>20}  {r['committed_at'][:25]:25}  {window:47}  {r['operation'] or '-':9}  "
               f"{r['added_files']:>4}/{r['removed_files']:<4}  {r['added_rows']:>6}/{r['removed_rows']:<6}  {r['total_rows']:>10}{mark}")  # fmt: skip
+
+
+def run_maintain(args: argparse.Namespace) -> int:
+    from spanner_cdc.devstack.embedded_pg import with_dev_store
+    from spanner_cdc.errors import ConfigError
+    from spanner_cdc.extract.maintain import maintain
+    from spanner_cdc.settings import load_settings
+
+    settings = load_settings(vars(args))
+    if settings.stream is None:
+        raise ConfigError("--stream", None, "a change stream name (or set SPANNER_CDC_STREAM)")
+    summary = maintain(with_dev_store(settings))
+    if args.json:
+        sys.stdout.write(json.dumps(summary.to_json(), indent=1) + "\n")
+        return 0
+    print(f"{summary.stream} {summary.namespace}: {summary.windows_compacted} window(s) compacted "
+          f"({summary.files_before} -> {summary.files_after} files), {summary.snapshots_expired} snapshot(s) expired, "
+          f"{len(summary.orphans_removed)} orphan(s) removed in {summary.elapsed_s:.1f} s")  # fmt: skip
+    return 0

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from spanner_cdc.local_spanner.group_commit import deferred
-from spanner_cdc.local_spanner.journal_lines import journal_line
+from spanner_cdc.local_spanner.journal_lines import AppendedJournal
 
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "journal.jsonl"
-_BUFFER = 1 << 20  # a group commit's entries reach the file in one write when it syncs
 
 
-class Journal:
+class Journal(AppendedJournal):
     """Every state change is one line; replaying the lines in order rebuilds the engine.
 
     A torn last line (a crash in the middle of a write) is cut off before the first new write, so
@@ -26,10 +23,8 @@ class Journal:
 
     def __init__(self, directory: Path, *, fsync: bool = False) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / JOURNAL_NAME
-        self.fsync = fsync
+        super().__init__(directory / JOURNAL_NAME, fsync)
         self._good_size: int | None = None  # bytes of whole entries, known once replayed
-        self._file: BinaryIO | None = None
 
     def replay(self) -> Iterator[dict[str, Any]]:
         """The entries in the file, streamed (the file can be larger than what fits in memory twice)."""
@@ -50,22 +45,7 @@ class Journal:
     def write(self, entry: dict[str, Any]) -> None:
         if self._file is None:
             self._open()
-        assert self._file is not None
-        self._file.write(journal_line(entry))
-        if not deferred(self):
-            self.sync()
-
-    def sync(self) -> None:
-        self.flush()
-        self.to_disk()
-
-    def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-
-    def to_disk(self) -> None:
-        if self._file is not None and self.fsync:
-            os.fsync(self._file.fileno())
+        self.append(entry)
 
     def _open(self) -> None:
         if self._good_size is None:
@@ -75,9 +55,4 @@ class Journal:
             if handle.tell() != self._good_size:
                 log.warning("changestream journal %s: cutting a torn last entry at byte %s", self.path, self._good_size)
                 handle.truncate(self._good_size)
-        self._file = open(self.path, "ab", buffering=_BUFFER)  # noqa: SIM115 - kept open for appends
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._open_for_append()

@@ -12,8 +12,8 @@ from spanner_cdc.local_spanner.changestream.partitions import from_us
 from spanner_cdc.local_spanner.changestream.query import (
     FIRST_SEQUENCE,
     QueryHost,
-    _check_alive,
-    _wait_seconds,
+    observe_locked,
+    wait_for_change,
     wait_until_final,
 )
 from spanner_cdc.local_spanner.changestream.streams import StreamState
@@ -99,10 +99,7 @@ def read_mutable_partition(
     last_output = start - 1  # as in query.read_partition: heartbeats follow commit time
     while not stop.is_set():
         with host.cond:
-            _check_alive(stream)
-            host.tick_locked(stream)
-            frontier = host.frontier_locked()
-            seen_version = host.version
+            frontier, seen_version = observe_locked(host, stream)
             owner_view = view(stream)
             owner = owner_view.owners[owner.token]
             owner_end = owner.end
@@ -127,9 +124,4 @@ def read_mutable_partition(
         targets = [last_output + heartbeat_us + 1 if covered >= start else start + 1, end + 1]
         if owner_end is not None:
             targets.append(owner_end)
-        with host.cond:
-            due = host.next_event_due(stream)
-            if due is not None:
-                targets.append(due)
-            if host.version == seen_version and not stop.is_set():
-                host.cond.wait(_wait_seconds(host, min(targets)))
+        wait_for_change(host, stream, seen_version, targets, stop)

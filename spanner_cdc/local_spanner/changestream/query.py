@@ -83,10 +83,7 @@ def read_partition(
     last_output = start - 1
     while not stop.is_set():
         with host.cond:
-            _check_alive(stream)
-            host.tick_locked(stream)
-            frontier = host.frontier_locked()
-            seen_version = host.version
+            frontier, seen_version = observe_locked(host, stream)
             partition_end = partition.end
         # the frontier guarantees every commit <= it is logged, so nothing can still arrive below it
         limit = frontier if end is None else min(frontier, end)
@@ -117,12 +114,7 @@ def read_partition(
             targets.append(end + 1)
         if partition_end is not None:
             targets.append(partition_end)
-        with host.cond:
-            due = host.next_event_due(stream)
-            if due is not None:
-                targets.append(due)
-            if host.version == seen_version and not stop.is_set():
-                host.cond.wait(_wait_seconds(host, min(targets)))
+        wait_for_change(host, stream, seen_version, targets, stop)
 
 
 def _child_partitions_record(partitions: PartitionSet, parent: Partition) -> dict[str, Any]:
@@ -137,6 +129,27 @@ def _child_partitions_record(partitions: PartitionSet, parent: Partition) -> dic
             ],
         }
     }
+
+
+def observe_locked(host: QueryHost, stream: StreamState) -> tuple[int, int]:
+    """(frontier, engine version) after the stream's due policy events, holding the engine's lock; raises if the
+    stream was dropped."""
+    _check_alive(stream)
+    host.tick_locked(stream)
+    return host.frontier_locked(), host.version
+
+
+def wait_for_change(
+    host: QueryHost, stream: StreamState, seen_version: int, targets: list[int], stop: threading.Event
+) -> None:
+    """Sleep until the earliest commit time in `targets` (µs) or the stream's next policy event is due, unless the
+    engine changed since `seen_version` was observed or the query is stopped; a commit or reshape wakes it."""
+    with host.cond:
+        due = host.next_event_due(stream)
+        if due is not None:
+            targets.append(due)
+        if host.version == seen_version and not stop.is_set():
+            host.cond.wait(_wait_seconds(host, min(targets)))
 
 
 def _check_alive(stream: StreamState) -> None:

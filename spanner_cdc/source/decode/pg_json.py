@@ -9,7 +9,8 @@ from typing import Any, Literal
 import msgspec
 
 from spanner_cdc.model.records import ColumnType, DataChangeRecord, Mod
-from spanner_cdc.source.decode.fields import parse_timestamp, pg_column_types
+from spanner_cdc.source.decode.fields import pg_column_types
+from spanner_cdc.times import parse_rfc3339
 
 _UNSET: Any = msgspec.UNSET
 
@@ -71,7 +72,7 @@ class FastDataChanges:
         # a transaction's records share their commit timestamp, a table's records their column types: each mapped once
         if d.commit_timestamp != self._stamp_text or self._stamp is None:
             try:
-                self._stamp = parse_timestamp(d.commit_timestamp, "commit_timestamp")
+                self._stamp = parse_rfc3339(d.commit_timestamp)  # not fields.parse_timestamp: its message is not needed
             except Exception:  # any doubt: the slow path maps the same text and raises its own, explained error
                 return None
             self._stamp_text = d.commit_timestamp

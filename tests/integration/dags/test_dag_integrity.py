@@ -24,6 +24,8 @@ ALLOWED_PACKAGE_MODULES = {
     "spanner_cdc", "spanner_cdc.errors", "spanner_cdc.names", "spanner_cdc.settings", "spanner_cdc.stream_config",
     "spanner_cdc.orchestration",
     "spanner_cdc.validators", "spanner_cdc.times",  # the settings' validators and the one UTC coercion (standard library only)
+    # Airflow imports the deadline callback (names.DEADLINE_CALLBACK) to check it while it parses the hourly DAG
+    "spanner_cdc.orchestration.deadline",
 }
 
 DAGBAG = """
@@ -37,6 +39,7 @@ for dag_id, dag in bag.dags.items():
         "catchup": dag.catchup,
         "timetable": type(dag.timetable).__name__,
         "params": {{k: v.schema for k, v in dag.params.items()}},
+        "deadline": [[str(d.interval), d.callback.path, d.callback.kwargs] for d in (dag.deadline or [])],
         "tasks": {{
             t.task_id: {{
                 "downstream": sorted(t.downstream_task_ids),
@@ -73,12 +76,19 @@ def example_bag(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return run_json(DAGBAG.format(dags=str(DAGS)), env)
 
 
-def test_no_import_errors_and_one_hourly_dag_per_stream(example_bag: dict) -> None:
+def test_no_import_errors_and_one_hourly_and_one_maintenance_dag_per_stream(example_bag: dict) -> None:
     with EXAMPLE.open("rb") as handle:
         names = sorted(tomllib.load(handle)["streams"])
     assert example_bag["errors"] == {}
-    expected = {f"spanner_cdc_hourly__{name}" for name in names} | {"spanner_cdc_backfill"}
+    expected = {f"spanner_cdc_{kind}__{name}" for name in names for kind in ("hourly", "maintenance")} | {"spanner_cdc_backfill"}
     assert set(example_bag["dags"]) == expected | {"spanner_cdc_verify__payments"}  # `verify = true` on payments only
+
+
+def test_maintenance_dag_runs_apart_from_the_extracts(example_bag: dict) -> None:
+    dag = example_bag["dags"]["spanner_cdc_maintenance__orders"]
+    assert (dag["max_active_runs"], dag["catchup"]) == (1, False)
+    maintain = dag["tasks"]["maintain"]
+    assert maintain["pool"] == "spanner_cdc_maintenance" and maintain["retries"] > 0
 
 
 def test_hourly_dag_wiring(example_bag: dict) -> None:
@@ -101,6 +111,10 @@ def test_hourly_dag_wiring(example_bag: dict) -> None:
     assert tasks["close"]["trigger_rule"] == "none_failed"
     assert tasks["close"]["outlets"] == ["spanner_cdc_landed__orders"]
     assert tasks["catch_up"]["outlets"] == ["spanner_cdc_caught_up__orders"]  # an alias: events only when it closes one
+    # a deadline 90 minutes (the default) after the window's end: logical date (window start) + 1 h + 90 min
+    assert dag["deadline"] == [["2:30:00", "spanner_cdc.orchestration.deadline.window_missed", {"stream": "orders", "minutes": 90}]]
+    assert example_bag["dags"]["spanner_cdc_hourly__payments"]["deadline"][0][0] == "3:00:00"  # deadline_minutes = 120
+    assert example_bag["dags"]["spanner_cdc_backfill"]["deadline"] == []
     # `waves` of the stream's table sets how many plan/extract groups a run has.
     payments = example_bag["dags"]["spanner_cdc_hourly__payments"]["tasks"]
     assert "wave_5.extract" in payments and "wave_6.extract" not in payments

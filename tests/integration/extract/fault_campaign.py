@@ -48,16 +48,20 @@ class History:
 
 @contextmanager
 def past_history(
-    root: Path, *, hours: int, transactions: int, seed: int, workload_seconds: float
+    root: Path, *, hours: int, transactions: int, seed: int, workload_seconds: float,
+    lead: dt.timedelta = dt.timedelta(minutes=30),
 ) -> Iterator[History]:
-    """The workload over `hours` windows that end at the wall clock's last whole hour, written at an accelerated
+    """The workload over `hours` windows that end at the wall clock's last whole hour (earlier when the set-up took
+    less than `lead` of server time), written at an accelerated
     clock while the server's default policy splits and merges partitions (every 20 server minutes; the
     policy's seed is `seed`); then the server runs at real time, past the last window."""
     from spanner_cdc.devstack import workload
     from spanner_cdc.devstack.spanner_server import create_database
 
     last_hour = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
-    clock_start = last_hour - hours * HOUR - dt.timedelta(minutes=30)  # the stream exists before the first
+    # the stream exists before the first window: `lead` of server time covers the server's start and the schema set-up
+    # at the accelerated rate: a set-up past it would put the windows in the wall clock's future
+    clock_start = last_hour - hours * HOUR - lead
     rate = hours * 3600 * 0.9 / workload_seconds  # the workload ends inside the last window
     data = root / "spanner"
     server = LocalSpanner(data_dir=data, clock_start=clock_start, clock_rate=rate, log_path=root / "local-spanner.log",

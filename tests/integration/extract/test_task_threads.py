@@ -1,12 +1,11 @@
-"""A wave task lands its tokens side by side (SPANNER_CDC_TASK_THREADS): the same rows, files and summaries as one
-after another, a failing token still fails alone, and a task that stops early leaves no token landing."""
+"""A wave task reads its tokens side by side (SPANNER_CDC_TASK_THREADS): the same rows, files and summaries as one
+after another, a failing token still fails alone (its rows in no file), and a task that fails leaves no token reading."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,28 +29,27 @@ pytestmark = pytest.mark.integration
 
 
 def _landed(specs: list[TokenJobSpec], threads: int) -> tuple[dict[str, list[dict[str, Any]]], dict[str, ControlSummary]]:
-    """A task's rows: each token's files (path relative to its lake) and its summary (timings dropped)."""
+    """A task's rows: each token's files (its rows in each) and its summary (timings dropped)."""
     files: dict[str, list[dict[str, Any]]] = {}
     summaries: dict[str, ControlSummary] = {}
-    order = []
     for batch in executor.land_wave_tokens(specs, threads):
         for row in batch.to_pylist():
-            order.append(row["token"])
             if row["control"] is None:
+                assert not summaries  # every file's rows come before the summaries
                 files.setdefault(row["token"], []).append(row)
             else:
                 summary = ControlSummary.from_text(row["control"])
                 summary.elapsed_s = summary.cpu_s = 0.0
                 summary.error_message = (summary.error_message or "").split(", request_id")[0]  # the client numbers its calls
                 summaries[row["token"]] = summary
-    # rows come in the tokens' order, each token's files before its summary, whatever the threads
-    assert list(dict.fromkeys(order)) == [s.token for s in specs]
+    # the summaries come in the tokens' order, whatever the threads
+    assert list(summaries) == [s.token for s in specs]
     return files, summaries
 
 
-def _rows(listing: list[dict[str, Any]]) -> list[Any]:
-    table = pa.concat_tables([pq.read_table(row["path"]) for row in listing])
-    return sorted(table.drop_columns(["read_timestamp"]).to_pylist(), key=repr)
+def _rows(paths: set[str]) -> list[Any]:
+    table = pa.concat_tables([pq.read_table(path) for path in sorted(paths)])
+    return table.drop_columns(["read_timestamp"]).to_pylist()
 
 
 def test_a_task_lands_its_tokens_side_by_side_as_it_would_one_after_another(
@@ -82,34 +80,40 @@ def test_a_task_lands_its_tokens_side_by_side_as_it_would_one_after_another(
     # the bad token fails alone, in its own summary, beside the others
     assert NotFound.__name__ == side_summaries["no-such-partition-token"].error_type
     assert side_summaries == alone_summaries and "no-such-partition-token" not in side_files
-    assert set(side_files) == set(alone_files) and side_files
+    assert set(side_files) == set(alone_files) and len(side_files) >= 2
     for token, listing in side_files.items():
         other = alone_files[token]
         assert [(r["table"], r["rows"]) for r in listing] == [(r["table"], r["rows"]) for r in other]
         assert [Path(r["path"]).relative_to(tmp_path / "side") for r in listing] == [
             Path(r["path"]).relative_to(tmp_path / "alone") for r in other
         ]
-        assert _rows(listing) == _rows(other)  # same rows, same uuids and JSON text
-    landed = [change_of(row) for listing in side_files.values() for r in listing for row in pq.read_table(r["path"]).to_pylist()]
-    assert Counter(landed) == Counter(work.expected)
+    side = {r["path"] for listing in side_files.values() for r in listing}
+    alone = {r["path"] for listing in alone_files.values() for r in listing}
+    # one file per table for all the task's tokens, their rows in the tokens' order: the same bytes either way
+    assert len(side) == len({r["table"] for listing in side_files.values() for r in listing})
+    assert _rows(side) == _rows(alone)  # same rows, same order, same uuids and JSON text
+    assert Counter(change_of(row) for row in _rows(side)) == Counter(work.expected)
 
 
-def test_a_task_that_stops_early_leaves_no_token_landing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_task_that_fails_leaves_no_token_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     started, finished = set(), set()
     lock = threading.Lock()
 
-    def slow_landing(spec: Any, max_buffered: int) -> Iterator[pa.RecordBatch]:
+    def slow_spool(spec: Any, directory: Path) -> tuple[Any, Any]:
         with lock:
             started.add(spec)
-        if spec:  # every token but the first takes a while
+        try:
+            if spec == 0:  # the first token's worker breaks at once (not a token's own error: the task's)
+                raise MemoryError("worker out of memory")
             time.sleep(0.2)
-        with lock:
-            finished.add(spec)
-        yield pa.record_batch({"token": [str(spec)]})
+            return None, None
+        finally:
+            with lock:
+                finished.add(spec)
 
-    monkeypatch.setattr(executor, "land_in_wave", slow_landing)
-    rows = executor.land_wave_tokens(list(range(6)), threads=3)  # type: ignore[arg-type]
-    assert next(rows).column("token").to_pylist() == ["0"]
-    rows.close()  # Spark stops reading the task's rows (a failure, a cancelled job)
-    assert started and started == finished  # nothing still landing: no file published after the task ended
+    monkeypatch.setattr(executor, "spool_token", slow_spool)
+    rows = executor.land_wave_tokens(list(range(6)), threads=2)  # type: ignore[arg-type]
+    with pytest.raises(MemoryError):
+        next(rows)
+    assert started and started == finished  # nothing still reading once the task has ended
     assert len(started) < 6  # the tokens not yet begun were never begun

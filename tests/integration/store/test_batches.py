@@ -98,6 +98,34 @@ def test_a_large_batch_with_lost_claims_scattered_lands_exactly_the_others(store
     assert (first.range_start, first.range_end, first.window_start, first.window_end) == (T0, odd, T0, W1)
 
 
+@pytest.mark.parametrize("finishing", [False, True], ids=["land-only", "with-children"])
+def test_tokens_sharing_a_file_land_together_or_are_held_back_together(store: MetadataStore, finishing: bool) -> None:
+    """a and b share a file (one group), c lands alone: b's claim is lost, so a is held back (still ours, nothing
+    written for it, its group's file not in the manifest) and c lands; both statement paths (with and without
+    children) alike."""
+    lineage_id = new_lineage(store, ("a", "b", "c"))
+    claims = {c.token: c for c in store.claim(lineage_id, window_end=W1, owner="w", lease=LEASE)}
+    with store._db.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE cdc_partitions SET lease_expires_at = now() - interval '1 s' WHERE token = 'b'"))
+    assert len(store.claim(lineage_id, window_end=W1, owner="other", lease=LEASE, tokens=["b"])) == 1
+    children = (record(SPLIT_AT, ("c1", ("c",))),) if finishing else ()
+    result = store.complete_many([
+        Completion(claims["a"], W1 - US, False, files=(file("a", "shared"),), records=10, group="g1"),
+        Completion(claims["b"], W1 - US, False, records=5, group="g1"),
+        Completion(claims["c"], SPLIT_AT - US if finishing else W1 - US, finishing, children, (file("c", "1"),)),
+    ])  # fmt: skip
+    assert result.landed == ("c",) and result.held_back == ("a",)
+    assert len(result.lost) == 1 and "token b" in str(result.lost[0])
+    rows = by_token(store, lineage_id)
+    assert (rows["a"].state, rows["a"].lease_owner, rows["a"].watermark) == (State.RUNNING, "w", None)
+    assert set(manifest(store, lineage_id)) == {"lake/c/1.parquet"}
+    # the whole group holding its claims lands together
+    store.fail(claims["a"], "held back: retry")
+    [again] = store.claim(lineage_id, window_end=W1, owner="w", lease=LEASE, tokens=["a"])
+    both = store.complete_many([Completion(again, W1 - US, False, files=(file("a", "shared2"),), group="g2")])
+    assert both.landed == ("a",) and both.held_back == ()
+
+
 def test_a_batch_refuses_naive_file_timestamps(store: MetadataStore) -> None:
     lineage_id = new_lineage(store, ("a",))
     [a] = store.claim(lineage_id, window_end=W1, owner="w", lease=LEASE)

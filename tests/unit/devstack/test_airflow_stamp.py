@@ -16,6 +16,7 @@ def test_the_stamp_names_the_version_and_a_digest_of_the_url_not_its_password() 
     assert stamp == migrated_stamp("3.1.0", URL)  # the same database: no new migration
     assert stamp != migrated_stamp("3.1.0", URL.replace("5432", "5433"))
     assert stamp != migrated_stamp("3.1.1", URL)
+    assert stamp.endswith("spanner_cdc_maintenance")  # a stamp made before the maintenance pool sets it up once
 
 
 def test_the_stamp_file_is_readable_by_its_owner_only_even_when_it_existed(tmp_path: Path) -> None:

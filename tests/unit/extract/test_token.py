@@ -100,13 +100,17 @@ def test_table_files_publish_each_table_whole_at_its_deterministic_name(tmp_path
     records = [data_record(i, tx=f"t{i}", table="Users" if i % 3 else "Orders", mods=2) for i in range(9)]
     root = str(tmp_path / "lake" / "cs" / "live")
     job = spec(tmp_path, lake_root=root, lineage_id=7)
-    files = TableFiles(executor._destinations(job), tmp_path / "scratch")
+    layout = LakeLayout(tmp_path / "lake", "cs", "live")
+
+    def destination(table: str) -> str:
+        return layout.published_location(lineage_id=7, token="tok", range_start=T0, range_end=LAST, table=table, window_start=T0)
+
+    files = TableFiles(destination, tmp_path / "scratch")
     for batch in envelope_batches(job, records, ControlSummary("tok", T0, LAST)):
         files.write(batch)
         assert published_locations(root) == []  # nothing appears under a published name before it is whole
     listing = files.close().to_pylist()
     assert [(f["table"], f["rows"]) for f in listing] == [("Orders", 6), ("Users", 12)]
-    layout = LakeLayout(tmp_path / "lake", "cs", "live")
     names = [layout.published_location(lineage_id=7, token="tok", range_start=T0, range_end=LAST, table=t, window_start=T0) for t in ("Orders", "Users")]
     assert [f["path"] for f in listing] == names == published_locations(root)
     assert [f["bytes"] for f in listing] == [Path(n).stat().st_size for n in names]

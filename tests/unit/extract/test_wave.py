@@ -40,17 +40,17 @@ def test_the_group_size_can_be_set() -> None:
 def test_a_wave_job_lands_a_few_tokens_per_task(monkeypatch: pytest.MonkeyPatch) -> None:
     import pickle
 
-    from spanner_cdc.spark.wave_task import WaveTasks
+    from spanner_cdc.spark.wave_task import WaveTasks, split_tasks
 
     def tasks(tokens: int, per_task: int) -> list[list[int]]:
-        shipped = pickle.loads(pickle.dumps(WaveTasks(list(range(tokens)), per_task, 1)))  # what each task receives
+        shipped = pickle.loads(pickle.dumps(WaveTasks(split_tasks(list(range(tokens)), per_task), 1)))  # what each task receives
         return [shipped.specs(n) for n in range(len(shipped))]
 
     # every token in exactly one task, at most per_task each, spread evenly
     assert tasks(10, 4) == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
     assert tasks(3, 1) == [[0], [1], [2]]
     assert tasks(2, 8) == [[0, 1]]
-    assert len(WaveTasks(list(range(300)), 4, 1)) == 75
+    assert len(WaveTasks(split_tasks(list(range(300)), 4), 1)) == 75
 
 
 def test_a_wave_tokens_summary_row_fits_the_jobs_schema_and_carries_the_whole_summary() -> None:
@@ -73,5 +73,5 @@ def test_a_wave_task_lands_its_tokens_with_the_threads_set(monkeypatch: pytest.M
 
     from spanner_cdc.spark.wave_task import WaveTasks
 
-    assert pickle.loads(pickle.dumps(WaveTasks(["t"], 4, 3))).threads == 3
-    assert WaveTasks(["t"], 4, 0).threads == 1
+    assert pickle.loads(pickle.dumps(WaveTasks([["t"]], 3))).threads == 3  # type: ignore[list-item]
+    assert WaveTasks([["t"]], 0).threads == 1  # type: ignore[list-item]

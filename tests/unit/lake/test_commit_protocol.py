@@ -64,3 +64,28 @@ def test_the_marker_is_written_after_the_windows_unlisted_objects_are_removed(tm
     assert content["rows"] == 2 and content["complete"] is True
     window_objects = storage.glob(layout.window_objects_pattern(3, T0))
     assert window_objects == [listed]  # once the marker exists, the window holds exactly what it lists
+
+
+def test_a_tasks_files_are_deleted_by_a_retry_only_once_none_of_its_tokens_is_running_in_it(tmp_path: Path) -> None:
+    """A wave task's files hold several tokens' rows: a retry of one of them deletes what that task published and
+    never committed only once no token of the task is still RUNNING in that attempt (it could still commit them)."""
+    from spanner_cdc.lake.layout import task_object_name
+    from spanner_cdc.lake.publish import prepare_attempt
+
+    layout = LakeLayout(tmp_path / "lake", "cs", "live")
+    task = [("tok", 1), ("other", 4)]
+    for token, _ in task:
+        begin_attempt(layout, token, lineage_id=3, range_start=T0, range_end=LAST, window_start=T0, window_end=E,
+                      stem="part-L3-tTASK", task=task)  # fmt: skip
+    shared = task_object_name(layout.location, stem="part-L3-tTASK", content="c", table="Users", window_start=T0, sequence=0)
+    storage.write_bytes(shared, b"parquet bytes")
+    asked: list[list[tuple[str, int]]] = []
+
+    def running(pairs: list[tuple[str, int]]) -> bool:
+        asked.append(list(pairs))
+        return True  # "other" still runs in attempt 4: its commit may name the file yet
+
+    prepare_attempt(layout, "tok", committed=lambda s, e: set(), running=running, journal=None)  # type: ignore[arg-type]
+    assert asked == [task] and storage.exists(shared) and read_journal(layout, "tok") is None
+    prepare_attempt(layout, "other", committed=lambda s, e: set(), running=lambda pairs: False, journal=None)
+    assert not storage.exists(shared)  # no token of the task can commit it any more: the retry deletes it

@@ -1,0 +1,226 @@
+"""Lake maintenance of one lineage (`spanner-cdc lake maintain`): compaction, snapshot expiry, orphan removal."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spanner_cdc.errors import ExtractError
+from spanner_cdc.extract.window import _store, _stream, layout_of
+from spanner_cdc.lake import iceberg, storage
+from spanner_cdc.lake.layout import TABLE_KEY, LakeLayout, published_locations, window_dir
+from spanner_cdc.lake.markers import rewrite_marker
+from spanner_cdc.store.models import ManifestFile, WindowRow
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from spanner_cdc.settings import Settings
+    from spanner_cdc.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+# A table's files of a window are rewritten when fewer files would hold them (Iceberg's own rule of thumb: a file
+# under 75% of the target is a candidate) and there is more than one.
+SMALL = 0.75
+ROW_GROUP_ROWS = 65_536
+
+
+@dataclass
+class MaintainSummary:
+    """What one `lake maintain` did."""
+
+    stream: str
+    namespace: str
+    windows_compacted: int = 0
+    files_before: int = 0
+    files_after: int = 0
+    snapshots_expired: int = 0
+    orphans_removed: list[str] = field(default_factory=list)
+    state_tables_folded: list[str] = field(default_factory=list)  # current-state tables whose delete files were folded
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSummary:
+    """Compaction, then snapshot expiry, then orphan removal; each step idempotent, and safe to kill at any moment
+    and while an extract lands or a window closes (it touches closed windows only, and files no one lists)."""
+    started = time.monotonic()
+    now = now or datetime.now(UTC)
+    stream, layout = _stream(settings), layout_of(settings)
+    summary = MaintainSummary(stream, settings.namespace)
+    with _store(settings) as store:
+        lineage = store.get_lineage(stream, settings.namespace)
+        opened = iceberg.open_changelog(settings, layout)
+        try:
+            table = opened[1] if opened else None
+            if table is not None:  # compaction keeps the old files for readers of old snapshots: Iceberg only
+                for window in store.windows(lineage.id):
+                    if window.state == "COMPLETE" and window.marker_path:
+                        _compact_window(settings, store, lineage.id, layout, table, window, summary)
+                summary.snapshots_expired = iceberg.expire_snapshots(table, now - settings.snapshot_retention)
+            summary.orphans_removed = remove_orphans(store, lineage.id, layout, table, now - settings.orphan_min_age)
+        finally:
+            if opened:
+                iceberg.close_catalog(opened[0])
+    summary.state_tables_folded = _fold_state_tables(settings)
+    summary.elapsed_s = time.monotonic() - started
+    log.info(
+        "%s: maintenance of %s: %d window(s) compacted (%d -> %d files), %d snapshot(s) expired, %d orphan(s) removed, "
+        "%d state table(s) folded in %.1fs",
+        stream, settings.namespace, summary.windows_compacted, summary.files_before, summary.files_after,
+        summary.snapshots_expired, len(summary.orphans_removed), len(summary.state_tables_folded), summary.elapsed_s,
+    )  # fmt: skip
+    return summary
+
+
+def _compact_window(
+    settings: Settings, store: MetadataStore, lineage_id: int, layout: LakeLayout, table: Table, window: WindowRow,
+    summary: MaintainSummary,
+) -> None:  # fmt: skip
+    """Each table of the window whose files fewer would hold: rewritten, committed to Iceberg in one replace snapshot,
+    listed by the next marker generation, then swapped in the manifest (in that order: a kill at any point re-runs
+    to the same names, which hold the same rows)."""
+    files = store.manifest(lineage_id, window_start=window.start, window_end=window.end)
+    by_table: dict[str, list[ManifestFile]] = {}
+    for f in files:
+        by_table.setdefault(f.table_name or "", []).append(f)
+    target = settings.target_file_size
+    swaps: list[tuple[list[ManifestFile], list[ManifestFile]]] = []
+    for name, old in sorted(by_table.items()):
+        wanted = max(1, math.ceil(sum(f.bytes for f in old) / target))
+        if len(old) <= 1 or wanted >= len(old) or not any(f.bytes < SMALL * target for f in old):
+            continue
+        new = rewrite(layout, lineage_id, name, window.start, old, target)
+        iceberg.commit_compaction(table, window_start=window.start, window_end=window.end, table_name=name,
+                                  old=[f.path for f in old], new=new)  # fmt: skip
+        swaps.append((old, new))
+    if not swaps:
+        return
+    replaced = {f.path for old, _ in swaps for f in old}
+    listed = [f for f in files if f.path not in replaced] + [f for _, new in swaps for f in new]
+    assert window.marker_path is not None
+    rewrite_marker(layout, window.marker_path, listed)
+    for old, new in swaps:
+        store.replace_files(lineage_id, [f.path for f in old], new)
+    summary.windows_compacted += 1
+    summary.files_before += len(files)
+    summary.files_after += len(listed)
+
+
+def compacted_name(layout: LakeLayout, lineage_id: int, table: str, window_start: datetime, sources: Sequence[str], sequence: int) -> str:
+    """Deterministic in the files compacted: a re-run writes the same names with the same rows."""
+    digest = hashlib.sha256("\n".join(sorted(sources)).encode()).hexdigest()[:20]
+    return storage.join(layout.location, window_dir(table, window_start), f"part-L{lineage_id}-c{digest}-{sequence:03d}.parquet")
+
+
+def rewrite(
+    layout: LakeLayout, lineage_id: int, table: str, window_start: datetime, old: Sequence[ManifestFile], target: int
+) -> list[ManifestFile]:
+    """The rows of `old`, in the manifest's order, in files of about `target` bytes (cut by rows, at the old files'
+    bytes per row, so a re-run cuts in the same places), each published whole under its name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = sum(f.rows for f in old)
+    per_file = max(1, math.ceil(rows / max(1, math.ceil(sum(f.bytes for f in old) / target))))
+    scratch_dir = Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex
+    sources = [f.path for f in old]
+    out: list[ManifestFile] = []
+    writer: Any = None
+    scratch: Path | None = None
+    written = 0
+
+    def finish() -> None:
+        nonlocal writer, scratch, written
+        assert writer is not None and scratch is not None
+        writer.close()
+        path = compacted_name(layout, lineage_id, table, window_start, sources, len(out))
+        size = storage.put_file(scratch, path)
+        out.append(ManifestFile(
+            path=path, token=old[0].token, range_start=min(f.range_start for f in old), range_end=max(f.range_end for f in old),
+            window_start=old[0].window_start, window_end=old[0].window_end, rows=written, bytes=size, table_name=table,
+        ))  # fmt: skip
+        writer, scratch, written = None, None, 0
+
+    try:
+        for source in sources:
+            with storage.open_input(source) as handle:
+                for batch in pq.ParquetFile(handle).iter_batches(batch_size=ROW_GROUP_ROWS):
+                    while batch.num_rows:
+                        if writer is None:
+                            scratch = storage.scratch_for(compacted_name(layout, lineage_id, table, window_start, sources, len(out)), scratch_dir)
+                            writer = pq.ParquetWriter(scratch, batch.schema, compression="snappy")
+                        take = batch.slice(0, per_file - written)
+                        writer.write_table(pa.Table.from_batches([take]), row_group_size=ROW_GROUP_ROWS)
+                        written += take.num_rows
+                        batch = batch.slice(take.num_rows)
+                        if written >= per_file:
+                            finish()
+        if writer is not None:
+            finish()
+    except BaseException:
+        if writer is not None and scratch is not None:
+            writer.close()
+            scratch.unlink(missing_ok=True)
+        raise
+    if sum(f.rows for f in out) != rows:
+        raise ExtractError(f"{layout.stream}: compacting {len(old)} file(s) of {table} gave {sum(f.rows for f in out)} rows, not {rows}")
+    return out
+
+
+def _fold_state_tables(settings: Settings) -> list[str]:
+    """The current-state tables' position deletes folded into data files (Spark starts only for a table that has any)."""
+    from spanner_cdc.extract.current_state import fold_state_deletes
+
+    return [f.table for f in fold_state_deletes(settings) if f.snapshot_id is not None]
+
+
+def remove_orphans(store: MetadataStore, lineage_id: int, layout: LakeLayout, table: Table | None, older_than: datetime) -> list[str]:
+    """Delete the change log's data files that no manifest row, live Iceberg snapshot or window marker lists, written
+    before `older_than`: a crashed attempt's, a late write of a lost claim after its window closed, compaction's
+    originals once no live snapshot holds them. A committed file is listed, so never one of them."""
+    listed = {storage.identity(f.path) for f in store.manifest(lineage_id)}
+    if table is not None:
+        listed |= {storage.identity(iceberg_path(p)) for p in iceberg.live_files(table)}
+    for window in store.windows(lineage_id):
+        if window.marker_path:
+            listed |= {storage.identity(storage.join(layout.location, f["path"])) for f in _marker_files(window.marker_path)}
+    candidates = [p for p in published_locations(layout.location) if f"/{TABLE_KEY}=" in p[len(layout.location) :]]
+    removed = []
+    for path in candidates:
+        if storage.identity(path) in listed:
+            continue
+        try:
+            if storage.modified(path) >= older_than:
+                continue
+        except FileNotFoundError:
+            continue
+        removed += storage.remove([path])
+    if removed:
+        log.warning("%s: removed %d file(s) no manifest, snapshot or marker lists: %s", layout.stream, len(removed), removed[:5])
+    return removed
+
+
+def iceberg_path(location: str) -> str:
+    """A data file's location as the lake names it (Iceberg keeps a local path as a file:// URL or absolute)."""
+    return location[len("file://") :] if location.startswith("file://") else location
+
+
+def _marker_files(location: str) -> list[dict[str, Any]]:
+    from spanner_cdc.lake.markers import read_marker
+
+    marker = read_marker(location)
+    return list(marker["files"]) if marker else []
+

@@ -1,0 +1,96 @@
+"""A wave task's files: tokens spooled apart, then written into one file per table, rolled past a size."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from spanner_cdc.lake.columns import LAKE_SCHEMA
+from spanner_cdc.lake.layout import published_locations, task_object_name
+from spanner_cdc.spark import task_files
+from spanner_cdc.spark.control_file import ControlSummary
+from spanner_cdc.spark.executor import envelope_batches
+from spanner_cdc.spark.task_files import TaskFiles, TokenSpool
+from tests.unit.extract.test_token import LAST, spec
+from tests.unit.lake.records import T0, data_record
+
+
+def spooled(tmp_path: Path, token: str, count: int, offset: int) -> TokenSpool:
+    records = [data_record(offset + i, tx=f"{token}{i}", table="Users" if i % 3 else "Orders", mods=2) for i in range(count)]
+    spool = TokenSpool(tmp_path / "spool" / token)
+    for batch in envelope_batches(spec(tmp_path, token=token), records, ControlSummary(token, T0, LAST)):
+        spool.write(batch)
+    spool.close()
+    return spool
+
+
+def test_a_tasks_tokens_share_one_file_per_table_in_the_tokens_order(tmp_path: Path) -> None:
+    root = str(tmp_path / "lake")
+    a, b = spooled(tmp_path, "a", 6, 0), spooled(tmp_path, "b", 3, 100)
+    assert published_locations(root) == []  # a spool publishes nothing
+
+    def destination(table: str, sequence: int) -> str:
+        return task_object_name(root, stem="part-L1-tX", content="c", table=table, window_start=T0, sequence=sequence)
+
+    files = TaskFiles(destination, tmp_path / "scratch", max_bytes=1 << 30)
+    for table in ("Orders", "Users"):
+        files.write_table(table, [("a", a), ("b", b)])
+    assert [(f.table, f.rows_by_token) for f in files.published] == [
+        ("Orders", (("a", 4), ("b", 2))),
+        ("Users", (("a", 8), ("b", 4))),
+    ]
+    assert [f.path for f in files.published] == published_locations(root) == [destination(t, 0) for t in ("Orders", "Users")]
+    assert [f.bytes for f in files.published] == [Path(f.path).stat().st_size for f in files.published]
+    users = pq.read_table(files.published[1].path)
+    assert users.schema == LAKE_SCHEMA
+    assert [r["partition_token"] for r in users.to_pylist()] == ["a"] * 8 + ["b"] * 4  # the tokens' order
+    assert not any(p.name.startswith(".") for p in (tmp_path / "lake").rglob("*"))  # no scratch left behind
+
+
+def test_a_file_rolls_to_the_next_past_the_size_and_the_cut_is_the_same_on_a_retry(tmp_path: Path) -> None:
+    a, b = spooled(tmp_path, "a", 30, 0), spooled(tmp_path, "b", 30, 100)
+
+    def land(root: Path) -> list[task_files.TaskFile]:
+        def destination(table: str, sequence: int) -> str:
+            return task_object_name(str(root), stem="part-L1-tX", content="c", table=table, window_start=T0, sequence=sequence)
+
+        files = TaskFiles(destination, tmp_path / "scratch", max_bytes=1)  # every batch past the size: a file each
+        files.write_table("Users", [("a", a), ("b", b)])
+        return files.published
+
+    first, again = land(tmp_path / "one"), land(tmp_path / "two")
+    assert len(first) > 2
+    assert [f.path.endswith(f"-{n:03d}.parquet") for n, f in enumerate(first)] == [True] * len(first)
+    assert sum(rows for f in first for token, rows in f.rows_by_token if token == "a") == 40
+    assert sum(rows for f in first for token, rows in f.rows_by_token if token == "b") == 40
+    assert [(f.rows_by_token, f.bytes) for f in first] == [(f.rows_by_token, f.bytes) for f in again]
+
+
+def test_a_failed_write_leaves_no_file_and_a_dropped_spool_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = spooled(tmp_path, "a", 6, 0)
+    root = tmp_path / "lake"
+
+    def destination(table: str, sequence: int) -> str:
+        return task_object_name(str(root), stem="part-L1-tX", content="c", table=table, window_start=T0, sequence=sequence)
+
+    def broken(scratch: Path, path: str) -> int:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(task_files.storage, "put_file", broken)
+    with pytest.raises(OSError, match="disk full"):
+        TaskFiles(destination, tmp_path / "scratch", max_bytes=1 << 30).write_table("Users", [("a", a)])
+    assert [p for p in root.rglob("*") if p.is_file()] == []
+    a.drop()
+    assert not (tmp_path / "spool" / "a").exists()
+
+
+def test_the_content_digest_names_the_tokens_and_ranges_landed(tmp_path: Path) -> None:
+    one, two = spec(tmp_path, token="a"), spec(tmp_path, token="b")
+    later = spec(tmp_path, token="a", read_from=T0 + timedelta(seconds=1))
+    rolled = spec(tmp_path, token="a", file_bytes=1 << 20)  # another roll size cuts the files elsewhere
+    digests = {task_files.content_digest(s) for s in ([one], [two], [one, two], [later], [rolled])}
+    assert len(digests) == 5
+    assert task_files.content_digest([one, two]) == task_files.content_digest([spec(tmp_path, token="a"), two])
