@@ -107,8 +107,10 @@ def test_killed_at_seeded_random_moments_the_rerun_gives_each_window_exactly_onc
     assert main(argv) == 0
     tables = json.loads(capsys.readouterr().out)["tables"]
     assert [(t["identifier"], t["kind"], t["source_table"]) for t in tables] == [
-        (list(state_identifier(layout, "Items")), "current_state", "Items")
+        ([settings.namespace, STREAM], "change_log", None),  # Iceberg is on by default: the change log is a table too
+        (list(state_identifier(layout, "Items")), "current_state", "Items"),
     ]
+    tables = tables[1:]  # the state table
     assert [s["window_end"] for s in tables[0]["snapshots"]] == held
     # each window: 15 updates and 5 deletes of old rows, 5 inserts (a key changed twice counts once)
     assert all(0 < s["rows_removed"] <= 20 and 5 <= s["rows_added"] <= 20 for s in tables[0]["snapshots"][1:]), tables
