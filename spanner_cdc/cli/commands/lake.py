@@ -110,16 +110,17 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def _verified(settings: Settings) -> dict[datetime, dict[str, Any]]:
-    """Window end -> the last `spanner-cdc verify` result kept with that closed window."""
-    from spanner_cdc.errors import NotFound
+    """Window end -> the last `spanner-cdc verify` result kept with that closed window; none when the store holds no
+    lineage of the stream, or no schema of this release (a catalog's tables are shown all the same: showing reads)."""
+    from spanner_cdc.errors import NotFound, SchemaOutdated
     from spanner_cdc.extract.window import _store, _stream
 
-    with _store(settings) as store:
-        try:
+    try:
+        with _store(settings) as store:
             lineage = store.get_lineage(_stream(settings), settings.namespace)
-        except NotFound:
-            return {}
-        return {w.end: dict(w.verify) for w in store.windows(lineage.id) if w.verify}
+            return {w.end: dict(w.verify) for w in store.windows(lineage.id) if w.verify}
+    except (NotFound, SchemaOutdated):
+        return {}
 
 
 def _tables(settings: Settings) -> list[dict[str, Any]]:
