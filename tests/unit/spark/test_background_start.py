@@ -32,6 +32,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str]]]:
 
     monkeypatch.setattr(session, "_open", fake_open)
     monkeypatch.setattr(session, "_starting", {})
+    monkeypatch.setattr(session, "_sessions", {})  # a live session an earlier test of this process opened is not ours
     yield calls
     release.set()
 
