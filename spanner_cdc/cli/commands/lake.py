@@ -31,9 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "`tables`: every table with its identifier, kind (change_log or current_state), source_table and snapshots; a "
         "window that `spanner-cdc verify` checked has its last result under `verify` beside its completeness record.",
     )
-    show.add_argument("--stream", help="change stream name (default: SPANNER_CDC_STREAM)")
-    show.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")
-    show.add_argument("--output-root", help="root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (SPANNER_CDC_OUTPUT_ROOT)")
+    _lineage_flags(show)
     show.add_argument(
         "--iceberg-catalog", help="store (the metadata store's SQL catalog, the default; off reads it too) or a REST/Hive catalog URL "
         "(SPANNER_CDC_ICEBERG_CATALOG)",
@@ -49,11 +47,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "near --target-file-size (one Iceberg replace snapshot each, then the window's next marker generation, then "
         "the manifest), snapshots older than --snapshot-retention expired (never the current one), and data files no "
         "manifest row, live snapshot or marker lists removed once older than --orphan-min-age. Each step is "
-        "idempotent and safe to kill; a re-run finishes the work. Compaction and expiry need the Iceberg catalog.",
+        "idempotent and safe to kill; a re-run finishes the work. Compaction and expiry need the Iceberg catalog. Last, "
+        "the current-state tables' position-delete files are folded into their data files (Spark starts only for a "
+        "table that has any).",
     )
-    maintain.add_argument("--stream", help="change stream name (default: SPANNER_CDC_STREAM)")
-    maintain.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")
-    maintain.add_argument("--output-root", help="root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (SPANNER_CDC_OUTPUT_ROOT)")
+    _lineage_flags(maintain)
     maintain.add_argument("--iceberg-catalog", help="store (default), off, or a REST/Hive catalog URL (SPANNER_CDC_ICEBERG_CATALOG)")
     maintain.add_argument("--target-file-size", help="size compaction aims at, such as 256MB (SPANNER_CDC_TARGET_FILE_SIZE, default 256MB)")
     maintain.add_argument("--snapshot-retention", help="expire snapshots older than this, such as 7d (SPANNER_CDC_SNAPSHOT_RETENTION, default 7d)")
@@ -162,3 +160,10 @@ def run_maintain(args: argparse.Namespace) -> int:
           f"({summary.files_before} -> {summary.files_after} files), {summary.snapshots_expired} snapshot(s) expired, "
           f"{len(summary.orphans_removed)} orphan(s) removed in {summary.elapsed_s:.1f} s")  # fmt: skip
     return 0
+
+
+def _lineage_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that name one lineage's lake: its stream, namespace and root."""
+    parser.add_argument("--stream", help="change stream name (default: SPANNER_CDC_STREAM)")
+    parser.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")
+    parser.add_argument("--output-root", help="root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (SPANNER_CDC_OUTPUT_ROOT)")
