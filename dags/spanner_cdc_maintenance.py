@@ -1,4 +1,4 @@
-"""One lake maintenance DAG per configured stream, `spanner_cdc_maintenance__<name>`: compaction, expiry, orphans."""
+"""One maintenance DAG per stream, `spanner_cdc_maintenance__<name>`: compaction, expiry, orphans, store retention."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ Maintains the lake of the change stream **{change_stream}** (`{output_root}/{cha
 schedule (`maintenance_schedule`, daily by default) and in its own pool (`{pool}`, one slot), so it never takes a
 slot of the hourly extract: `maintain` rewrites each closed window's small files of a table into files near
 `target_file_size` (one Iceberg replace snapshot each, then the window's next marker generation), expires snapshots
-superseded longer than `snapshot_retention` ago, and removes data files nothing lists once older than
-`orphan_min_age`. Every step is idempotent and safe to kill; a retry finishes the work. The same as
+superseded longer than `snapshot_retention` ago, removes data files nothing lists once older than
+`orphan_min_age`, and folds the metadata store's partitions, attempts and manifest rows of windows closed longer
+than `lineage_retention` ago into per-window totals. Every step is idempotent and safe to kill; a retry finishes the work. The same as
 `spanner-cdc lake maintain --stream {change_stream}`.
 """
 

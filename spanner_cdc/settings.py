@@ -141,6 +141,9 @@ class Settings:
     orphan_min_age: timedelta = field(
         default=timedelta(hours=24), metadata=_meta(duration, "lake maintain removes unlisted files only once older than this")
     )
+    lineage_retention: timedelta = field(
+        default=timedelta(days=30), metadata=_meta(duration, "lake maintain folds the metadata store's rows of windows closed longer ago than this into per-window totals")
+    )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
     namespace: str = field(default="live", metadata=_meta(identifier, "lineage namespace"))
     concurrency: int = field(default=4, metadata=_meta(int_between(1, 256), "tokens extracted at once"))
@@ -249,7 +252,7 @@ TUNING_FIELDS = ("wave_group_tokens", "task_tokens", "task_threads", "check_driv
                  "current_state_keep")  # fmt: skip
 SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
                      "namespace", "concurrency", "heartbeat_ms", "home", "target_file_size", "snapshot_retention",
-                     "orphan_min_age", *TUNING_FIELDS)  # fmt: skip
+                     "orphan_min_age", "lineage_retention", *TUNING_FIELDS)  # fmt: skip
 
 
 def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:

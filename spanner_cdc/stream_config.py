@@ -47,6 +47,7 @@ class StreamConfig:
     target_file_size: int | None = None
     snapshot_retention: dt.timedelta | None = None
     orphan_min_age: dt.timedelta | None = None
+    lineage_retention: dt.timedelta | None = None
     deadline_minutes: int = 90  # a window not complete this long after its end misses its deadline (0: no deadline)
     deadline_notifier: str | None = None  # dotted path of an Airflow notifier (or async callable) run on a miss
     deadline_notifier_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -72,7 +73,7 @@ class StreamConfig:
         """`base` with this stream's values on top: per-stream values win over the global ones."""
         overrides: dict[str, Any] = {"stream": self.change_stream}
         for name in ("project", "instance", "database", "dialect", "heartbeat_ms", "output_root", "concurrency",
-                     "target_file_size", "snapshot_retention", "orphan_min_age"):  # fmt: skip
+                     "target_file_size", "snapshot_retention", "orphan_min_age", "lineage_retention"):  # fmt: skip
             value = getattr(self, name)
             if value is not None:
                 overrides[name] = value
@@ -144,6 +145,7 @@ PARSERS: dict[str, Any] = {
     "target_file_size": byte_size,
     "snapshot_retention": duration,
     "orphan_min_age": duration,
+    "lineage_retention": duration,
     "deadline_minutes": int_between(0, 10_080),
     "deadline_notifier": _dotted_path,
     "deadline_notifier_kwargs": _table,

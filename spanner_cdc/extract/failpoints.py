@@ -19,6 +19,7 @@ FAILPOINTS = {
     "snapshot_after_job": "a snapshot table's Spark job ran; its files are not recorded",
     "snapshot_after_commit": "a snapshot table's files are recorded; the snapshot marker is not written",
     "snapshot_after_marker": "the snapshot marker is written; the snapshot is not marked complete",
+    "retention_before_fold": "lake maintain's store retention is about to fold one more closed window (earlier ones are folded)",
     "state_before_commit": "a window's (or the seed's) files of a current-state table are written; its snapshot is not committed yet",
 }
 _hits: dict[str, int] = {}

@@ -1,4 +1,5 @@
-"""Lake maintenance of one lineage (`spanner-cdc lake maintain`): compaction, snapshot expiry, orphan removal."""
+"""Lake maintenance of one lineage (`spanner-cdc lake maintain`): compaction, snapshot expiry, orphan removal,
+metadata-store retention."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ExtractError
+from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.window import _store, _stream, layout_of
 from spanner_cdc.lake import iceberg, storage
 from spanner_cdc.lake.layout import TABLE_KEY, LakeLayout, published_locations, window_dir
@@ -47,6 +49,11 @@ class MaintainSummary:
     snapshots_expired: int = 0
     orphans_removed: list[str] = field(default_factory=list)
     state_tables_folded: list[str] = field(default_factory=list)  # current-state tables whose delete files were folded
+    # metadata-store retention: closed windows folded into per-window totals, and the rows it deleted
+    windows_folded: int = 0
+    partitions_deleted: int = 0
+    attempts_deleted: int = 0
+    manifest_rows_deleted: int = 0
     elapsed_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -54,8 +61,9 @@ class MaintainSummary:
 
 
 def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSummary:
-    """Compaction, then snapshot expiry, then orphan removal; each step idempotent, and safe to kill at any moment
-    and while an extract lands or a window closes (it touches closed windows only, and files no one lists)."""
+    """Compaction, then snapshot expiry, then orphan removal, then metadata-store retention; each step idempotent, and
+    safe to kill at any moment and while an extract lands or a window closes (it touches closed windows only, and
+    files no one lists)."""
     started = time.monotonic()
     now = now or datetime.now(UTC)
     stream, layout = _stream(settings), layout_of(settings)
@@ -71,6 +79,7 @@ def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSumm
                         _compact_window(settings, store, lineage.id, layout, table, window, summary)
                 summary.snapshots_expired = iceberg.expire_snapshots(table, now - settings.snapshot_retention)
             summary.orphans_removed = remove_orphans(store, lineage.id, layout, table, now - settings.orphan_min_age)
+            fold_old_windows(store, lineage.id, now - settings.lineage_retention, summary)
         finally:
             if opened:
                 iceberg.close_catalog(opened[0])
@@ -78,9 +87,11 @@ def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSumm
     summary.elapsed_s = time.monotonic() - started
     log.info(
         "%s: maintenance of %s: %d window(s) compacted (%d -> %d files), %d snapshot(s) expired, %d orphan(s) removed, "
-        "%d state table(s) folded in %.1fs",
+        "%d window(s) folded in the store (%d partitions, %d attempts, %d manifest rows deleted), %d state table(s) folded "
+        "in %.1fs",
         stream, settings.namespace, summary.windows_compacted, summary.files_before, summary.files_after,
-        summary.snapshots_expired, len(summary.orphans_removed), len(summary.state_tables_folded), summary.elapsed_s,
+        summary.snapshots_expired, len(summary.orphans_removed), summary.windows_folded, summary.partitions_deleted,
+        summary.attempts_deleted, summary.manifest_rows_deleted, len(summary.state_tables_folded), summary.elapsed_s,
     )  # fmt: skip
     return summary
 
@@ -211,6 +222,32 @@ def remove_orphans(store: MetadataStore, lineage_id: int, layout: LakeLayout, ta
     if removed:
         log.warning("%s: removed %d file(s) no manifest, snapshot or marker lists: %s", layout.stream, len(removed), removed[:5])
     return removed
+
+
+def fold_old_windows(store: MetadataStore, lineage_id: int, closed_before: datetime, summary: MaintainSummary) -> None:
+    """Metadata-store retention: each window closed before `closed_before` and not folded yet, oldest first, folded in
+    its own transaction (store.fold_window: its manifest rows, ended attempts and the finished partitions that ended
+    before its end counted into per-window totals and deleted). Stops at the first window open or closed since: the
+    frontier and everything after it stay whole. A window's files stay protected from orphan removal by its marker
+    (and its Iceberg snapshot), so a window whose marker is missing is not folded."""
+    folded = {(t.start, t.end) for t in store.window_totals(lineage_id)}
+    for window in store.windows(lineage_id):
+        if window.state != "COMPLETE" or window.closed_at is None or window.closed_at >= closed_before:
+            break  # the rows of later windows are the frontier's or within the retention
+        if (window.start, window.end) in folded:
+            continue
+        if window.marker_path is None or not storage.exists(window.marker_path):
+            log.warning("%s: window [%s, %s) has no marker: its store rows are kept (they protect its files)",
+                        summary.stream, window.start.isoformat(), window.end.isoformat())  # fmt: skip
+            continue
+        failpoint("retention_before_fold")
+        totals = store.fold_window(lineage_id, window.start, window.end)
+        if totals is None:  # an open window starts before its end (closed concurrently out of order): stop here
+            break
+        summary.windows_folded += 1
+        summary.partitions_deleted += totals.partitions
+        summary.attempts_deleted += totals.attempts
+        summary.manifest_rows_deleted += totals.files
 
 
 def iceberg_path(location: str) -> str:

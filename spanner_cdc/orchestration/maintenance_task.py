@@ -10,7 +10,8 @@ from spanner_cdc.orchestration.failures import fail_fast
 
 @fail_fast
 def maintain(stream: str) -> dict[str, Any]:
-    """Compaction, snapshot expiry and orphan removal of the stream's live lineage (what `lake maintain` does)."""
+    """Compaction, snapshot expiry, orphan removal and store retention of the stream's live lineage (what `lake maintain`
+    does)."""
     from spanner_cdc.extract.maintain import maintain as maintain_lineage
 
     _, settings = stream_settings(stream)

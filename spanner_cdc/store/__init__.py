@@ -17,6 +17,7 @@ from spanner_cdc.store.models import (
     PartitionRow,
     WindowRow,
     WindowStatus,
+    WindowTotals,
 )
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ __all__ = [
     "State",
     "WindowRow",
     "WindowStatus",
+    "WindowTotals",
     "open_store",
 ]
 

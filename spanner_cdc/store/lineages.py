@@ -185,6 +185,11 @@ class LineageQueries(StoreBase):
                 ),
                 params,
             ).all()
+            folded = conn.execute(
+                sa.text("SELECT count(*) AS windows, coalesce(sum(partitions), 0) AS partitions FROM cdc_window_totals "
+                        "WHERE lineage_id = :lineage_id"),
+                params,
+            ).one()  # fmt: skip
             return LineageGraph(
                 lineage=lineage,
                 nodes=tuple(nodes),
@@ -192,6 +197,8 @@ class LineageQueries(StoreBase):
                 low_watermark=low,
                 windows=tuple(window_from(w) for w in windows),
                 moves=tuple((m.source_token, m.destination_token, utc(m.moved_at)) for m in moves),
+                folded_windows=int(folded.windows),
+                folded_partitions=int(folded.partitions),
             )
 
         return self._db.transaction(body)

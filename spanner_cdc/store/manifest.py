@@ -34,6 +34,10 @@ SELECT_WINDOW = sa.text(
     f"SELECT {WINDOW_COLUMNS} FROM cdc_windows WHERE lineage_id = :lineage_id AND window_start = :start "
     "AND window_end = :end"
 )
+WINDOW_FOLDED = sa.text(
+    "SELECT EXISTS (SELECT 1 FROM cdc_window_totals WHERE lineage_id = :lineage_id AND window_start = :start "
+    "AND window_end = :end)"
+)
 OPEN_WINDOW = sa.text(
     "INSERT INTO cdc_windows (lineage_id, window_start, window_end, state) VALUES (:lineage_id, :start, :end, 'OPEN') "
     "ON CONFLICT (lineage_id, window_start, window_end) DO NOTHING"
@@ -113,15 +117,19 @@ class WindowQueries(StoreBase):
             for r in conn.execute(ALIVE_IN_WINDOW, {"lineage_id": lineage_id, "last": rules.inclusive_end(end)})
         ]
         pending = rules.pending_in_window(rows, end)
-        window = conn.execute(SELECT_WINDOW, {"lineage_id": lineage_id, "start": start, "end": end}).one_or_none()
+        bounds = {"lineage_id": lineage_id, "start": start, "end": end}
+        window = conn.execute(SELECT_WINDOW, bounds).one_or_none()
+        closed = window is not None and window.state == "COMPLETE"
+        # a folded window's finished partitions are gone (store.retention): it was complete when closed, and stays so
+        folded = closed and conn.execute(WINDOW_FOLDED, bounds).scalar_one()
         return WindowStatus(
             lineage_id=lineage_id,
             start=start,
             end=end,
-            complete=rules.window_complete(rows, end),
+            complete=folded or rules.window_complete(rows, end),
             partitions=len(rows),
             pending={state: tuple(tokens) for state, tokens in pending.items()},
-            closed=window is not None and window.state == "COMPLETE",
+            closed=closed,
         )
 
     def open_window(self, lineage_id: int, start: datetime, end: datetime) -> WindowRow:

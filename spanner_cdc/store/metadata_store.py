@@ -7,11 +7,14 @@ from spanner_cdc.store.database import Database
 from spanner_cdc.store.lineages import LineageQueries
 from spanner_cdc.store.liveness import Liveness
 from spanner_cdc.store.manifest import CompactionQueries, WindowQueries
+from spanner_cdc.store.retention import RetentionQueries
 from spanner_cdc.store.snapshots import SnapshotQueries
 from spanner_cdc.store.transitions import PartitionTransitions
 
 
-class MetadataStore(LineageQueries, PartitionTransitions, WindowQueries, CompactionQueries, SnapshotQueries):
+class MetadataStore(
+    LineageQueries, PartitionTransitions, WindowQueries, CompactionQueries, SnapshotQueries, RetentionQueries
+):
     """Every method is one transaction; callers never see SQL or sessions."""
 
     def __init__(self, db: Database) -> None:

@@ -13,7 +13,7 @@ from spanner_cdc.errors import SchemaOutdated, StoreError
 from spanner_cdc.store.database import UPGRADE_HINT, Database
 
 # The schema this code was written against; a unit test keeps it equal to the newest file in sql/.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 VERSION_TABLE = "cdc_schema_migrations"
 FILE_NAME = re.compile(r"^(\d{4})_([a-z][a-z0-9_]*)\.sql$")

@@ -158,6 +158,24 @@ class WindowRow:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowTotals:
+    """What metadata-store retention folded of one closed window: the rows it deleted, counted (see store.retention)."""
+
+    lineage_id: int
+    start: datetime
+    end: datetime
+    partitions: int  # FINISHED partitions deleted with this window (those that ended before its end)
+    attempts: int
+    attempts_failed: int  # FAILED or EXPIRED among them
+    attempt_records: int  # records the deleted attempts landed
+    files: int  # manifest rows deleted (the files stay, listed by the window's marker and Iceberg snapshot)
+    rows: int
+    bytes: int
+    moves: int  # MUTABLE_KEY_RANGE key range moves deleted
+    folded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class LineageGraph:
     """Nodes and parent -> child edges of a lineage, for display; edges may name parents not yet known."""
 
@@ -168,3 +186,6 @@ class LineageGraph:
     windows: tuple[WindowRow, ...] = ()
     # MUTABLE_KEY_RANGE: (source, destination, time) of each key range move between partitions
     moves: tuple[tuple[str, str, datetime], ...] = ()
+    # metadata-store retention: closed windows folded, and the FINISHED partitions deleted with them
+    folded_windows: int = 0
+    folded_partitions: int = 0

@@ -56,7 +56,8 @@ def _node_line(node: PartitionRow, now: datetime, known: set[str]) -> str:
         parts.append(f"lease {node.lease_owner} until {iso_z(node.lease_expires_at)}")
     if len(node.parents) > 1:
         parts.append("merge of " + ", ".join(short_token(p) for p in node.parents))
-    unknown = [p for p in node.parents if p not in known]
+    # only a CREATED child waits for its parents; a parent another node lacks is one retention folded
+    unknown = [p for p in node.parents if p not in known] if node.state is State.CREATED else []
     if unknown:
         parts.append("waiting for unknown parent " + ", ".join(short_token(p) for p in unknown))
     if node.last_error:
@@ -68,12 +69,13 @@ def _node_line(node: PartitionRow, now: datetime, known: set[str]) -> str:
 def _summary(graph: LineageGraph, now: datetime) -> list[str]:
     lineage = graph.lineage
     counts = Counter(node.state.value for node in graph.nodes)
+    counts[State.FINISHED.value] += graph.folded_partitions  # deleted by retention, still counted
     by_state = ", ".join(f"{counts[s.value]} {s.value}" for s in State if counts[s.value])
     low = graph.low_watermark
     low_text = f"{iso_z(low)} (lag {human_duration(max(0.0, (now - low).total_seconds()))})" if low else "- (all finished)"
     database = f", database {lineage.database}" if lineage.database else ""
     lines = [
-        f"lineage {lineage.name} (id {lineage.id}{database}): {len(graph.nodes)} partitions"
+        f"lineage {lineage.name} (id {lineage.id}{database}): {len(graph.nodes) + graph.folded_partitions} partitions"
         + (f" ({by_state})" if by_state else ""),
         f"low watermark {low_text}",
     ]
@@ -85,6 +87,11 @@ def _summary(graph: LineageGraph, now: datetime) -> list[str]:
             last = complete[-1]
             text += f"; last complete [{iso_z(last.start)}, {iso_z(last.end)}) with {last.records} records in {last.files} files"
         lines.append(text)
+    if graph.folded_windows:
+        lines.append(
+            f"retention: {graph.folded_windows} closed windows folded into per-window totals; their "
+            f"{graph.folded_partitions} finished partitions are counted above, not listed below"
+        )
     return lines
 
 
@@ -179,6 +186,8 @@ def render_json(graph: LineageGraph, *, now: datetime) -> str:
         "windows": [_window_json(window) for window in graph.windows],
         "moves": [{"source": s, "destination": d, "at": iso_z(at)} for s, d, at in graph.moves],
     }
+    if graph.folded_windows:  # retention: what the per-window totals hold (not listed above)
+        document["folded"] = {"windows": graph.folded_windows, "partitions": graph.folded_partitions}
     return json.dumps(document, indent=2) + "\n"
 
 

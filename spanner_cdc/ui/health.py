@@ -86,7 +86,9 @@ def headroom(view: StreamView, now: datetime, warning_share: float) -> Headroom 
 
 
 def state_counts(view: StreamView) -> dict[str, int]:
+    """Partitions by state; FINISHED ones that retention folded (lineage_retention) still count."""
     counts = Counter(p.state for p in view.partitions)
+    counts["FINISHED"] += view.folded_partitions
     return {state: counts.get(state, 0) for state in (*STATES, *sorted(set(counts) - set(STATES)))}
 
 

@@ -89,6 +89,8 @@ class StreamView:
     low_watermark: datetime | None
     edges: tuple[tuple[str, str], ...] = ()
     moves: tuple[tuple[str, str, datetime], ...] = ()  # MUTABLE_KEY_RANGE: (source, destination, time)
+    # FINISHED partitions that metadata-store retention (lineage_retention) deleted: counted, no longer listed
+    folded_partitions: int = 0
 
     @property
     def newest_window(self) -> WindowView | None:
@@ -155,6 +157,7 @@ def load_stream(store: StoreLike, stream: str, namespace: str) -> StreamView:
         low_watermark=graph.low_watermark,
         edges=tuple(graph.edges),
         moves=tuple(getattr(graph, "moves", ())),
+        folded_partitions=int(getattr(graph, "folded_partitions", 0)),
     )
 
 

@@ -1,4 +1,5 @@
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,17 @@ def test_a_subprocess_does_not_inherit_pyspark_connect_markers(monkeypatch: pyte
     env = subprocess_env(Settings(spark_master="spark://127.0.0.1:7077"))
     assert "SPARK_CONNECT_MODE_ENABLED" not in env and "SPARK_REMOTE" not in env
     assert env["SPANNER_CDC_SPARK_MASTER"] == "spark://127.0.0.1:7077"
+
+
+def test_lineage_retention_is_a_duration_from_a_flag_the_environment_or_the_file(tmp_path: Path) -> None:
+    assert load_settings(env={}).lineage_retention == timedelta(days=30)
+    assert load_settings(env={"SPANNER_CDC_LINEAGE_RETENTION": "7d"}).lineage_retention == timedelta(days=7)
+    config = tmp_path / "c.toml"
+    config.write_text('lineage_retention = "48h"\n')
+    assert load_settings(env={"SPANNER_CDC_CONFIG": str(config)}).lineage_retention == timedelta(hours=48)
+    assert load_settings({"lineage_retention": "1h"}, env={"SPANNER_CDC_LINEAGE_RETENTION": "7d"}).lineage_retention == timedelta(hours=1)
+    with pytest.raises(ConfigError, match=r"SPANNER_CDC_LINEAGE_RETENTION='forever'"):
+        load_settings(env={"SPANNER_CDC_LINEAGE_RETENTION": "forever"})
 
 
 def test_the_target_file_size_is_a_byte_size_with_units() -> None:

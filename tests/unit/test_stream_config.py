@@ -169,12 +169,16 @@ def test_a_stream_lands_in_a_bucket_and_a_bad_scheme_is_refused_by_name() -> Non
 
 def test_maintenance_keys_parse_and_win_over_the_global_settings() -> None:
     config = parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "maintenance_schedule": "0 3 * * *",
-                                     "target_file_size": "128MB", "snapshot_retention": "3d", "orphan_min_age": "12h"})  # fmt: skip
+                                     "target_file_size": "128MB", "snapshot_retention": "3d", "orphan_min_age": "12h",
+                                     "lineage_retention": "90d"})  # fmt: skip
     assert parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z"}).maintenance_schedule == "@daily"
     resolved = config.settings(load_settings(env={}))
-    assert (resolved.target_file_size, resolved.snapshot_retention, resolved.orphan_min_age) == (
-        128 << 20, dt.timedelta(days=3), dt.timedelta(hours=12)
+    assert (resolved.target_file_size, resolved.snapshot_retention, resolved.orphan_min_age, resolved.lineage_retention) == (
+        128 << 20, dt.timedelta(days=3), dt.timedelta(hours=12), dt.timedelta(days=90)
     )
+    assert parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z"}).settings(load_settings(env={})).lineage_retention == dt.timedelta(days=30)
+    with pytest.raises(ConfigError, match=r"streams.orders.lineage_retention.*a duration"):
+        parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "lineage_retention": "a month"})
     with pytest.raises(ConfigError, match=r"streams.orders.orphan_min_age.*a duration"):
         parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "orphan_min_age": "soon"})
 

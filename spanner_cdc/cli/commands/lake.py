@@ -47,15 +47,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "near --target-file-size (one Iceberg replace snapshot each, then the window's next marker generation, then "
         "the manifest), snapshots older than --snapshot-retention expired (never the current one), and data files no "
         "manifest row, live snapshot or marker lists removed once older than --orphan-min-age. Each step is "
-        "idempotent and safe to kill; a re-run finishes the work. Compaction and expiry need the Iceberg catalog. Last, "
-        "the current-state tables' position-delete files are folded into their data files (Spark starts only for a "
-        "table that has any).",
+        "idempotent and safe to kill; a re-run finishes the work. Compaction and expiry need the Iceberg catalog. Then "
+        "metadata-store retention: the partitions, attempts and manifest rows of windows closed longer than "
+        "--lineage-retention ago are folded into per-window totals and deleted, one transaction per window (the "
+        "windows' rows, the open frontier and every open window stay; the files stay listed by their markers and "
+        "snapshots). Last, the current-state tables' position-delete files are folded into their data files (Spark "
+        "starts only for a table that has any).",
     )
     _lineage_flags(maintain)
     maintain.add_argument("--iceberg-catalog", help="store (default), off, or a REST/Hive catalog URL (SPANNER_CDC_ICEBERG_CATALOG)")
     maintain.add_argument("--target-file-size", help="size compaction aims at, such as 256MB (SPANNER_CDC_TARGET_FILE_SIZE, default 256MB)")
     maintain.add_argument("--snapshot-retention", help="expire snapshots older than this, such as 7d (SPANNER_CDC_SNAPSHOT_RETENTION, default 7d)")
     maintain.add_argument("--orphan-min-age", help="remove unlisted files only once older than this, such as 24h (SPANNER_CDC_ORPHAN_MIN_AGE, default 24h)")
+    maintain.add_argument("--lineage-retention", help="fold the store's rows of windows closed longer ago than this, such as 30d (SPANNER_CDC_LINEAGE_RETENTION, default 30d)")
     maintain.add_argument("--json", action="store_true", help="print what was done as JSON")
     add_metadata_url_flag(maintain)
     maintain.set_defaults(func=run_maintain)
@@ -158,7 +162,9 @@ def run_maintain(args: argparse.Namespace) -> int:
         return 0
     print(f"{summary.stream} {summary.namespace}: {summary.windows_compacted} window(s) compacted "
           f"({summary.files_before} -> {summary.files_after} files), {summary.snapshots_expired} snapshot(s) expired, "
-          f"{len(summary.orphans_removed)} orphan(s) removed in {summary.elapsed_s:.1f} s")  # fmt: skip
+          f"{len(summary.orphans_removed)} orphan(s) removed, {summary.windows_folded} window(s) folded in the store "
+          f"({summary.partitions_deleted} partitions, {summary.attempts_deleted} attempts, {summary.manifest_rows_deleted} "
+          f"manifest rows deleted) in {summary.elapsed_s:.1f} s")  # fmt: skip
     return 0
 
 

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -36,7 +37,7 @@ def graph() -> LineageGraph:
             "m", State.RUNNING, merge_at, watermark=T0 + timedelta(hours=2), parents=("a", "b"), attempts=3,
             lease_owner="worker-7", lease_expires_at=NOW + timedelta(minutes=1), last_error="boom\nstack",
         ),
-        node(LONG, State.READY, T0, parents=("ghost",)),
+        node(LONG, State.CREATED, T0, parents=("ghost",)),
     )
     edges = (("a", "m"), ("b", "m"), ("ghost", LONG), ("r1", "a"), ("r1", "b"))
     window = WindowRow(1, T0, T0 + timedelta(hours=1), "COMPLETE", 42, 3, {"ok": True}, "_windows/x.json", T0, NOW)
@@ -47,7 +48,7 @@ def graph() -> LineageGraph:
 def test_text_tree_shows_states_watermarks_lag_and_each_merge_child_once() -> None:
     text = render(graph(), "text", now=NOW)
     lines = text.splitlines()
-    assert lines[0] == "lineage orders/live (id 1, database cdc): 5 partitions (1 READY, 1 RUNNING, 3 FINISHED)"
+    assert lines[0] == "lineage orders/live (id 1, database cdc): 5 partitions (1 CREATED, 1 RUNNING, 3 FINISHED)"
     assert lines[1] == "low watermark 2024-12-31T23:59:59.999999Z (lag 3h00m)"
     assert lines[2].startswith("windows: 1 complete, 0 open; last complete [2025-01-01T00:00:00Z, 2025-01-01T01:00:00Z)")
     assert lines[3].startswith("r1  FINISHED  start 2025-01-01T00:00:00Z  end 2025-01-01T00:10:00Z")
@@ -58,9 +59,27 @@ def test_text_tree_shows_states_watermarks_lag_and_each_merge_child_once() -> No
     assert lines[5].endswith("last error: boom")
     assert lines[6].startswith("└─ b  FINISHED")
     assert lines[7] == "   └─ m  (merge child, shown above)"
-    assert lines[8].startswith(short(LONG) + "  READY")
+    assert lines[8].startswith(short(LONG) + "  CREATED")
     assert "waiting for unknown parent ghost" in lines[8]
     assert len(lines) == 9
+
+
+def test_a_node_past_created_never_waits_and_folded_partitions_still_count() -> None:
+    """After retention folded a finished parent, its READY child lacks it: it waits for nothing (only a CREATED node
+    waits), its line reads as before, and the folded partitions still count in the summary."""
+    before = graph()
+    after = dataclasses.replace(
+        before, nodes=tuple(n for n in before.nodes if n.token != "r1"), folded_windows=2, folded_partitions=1
+    )
+    ready_child = dataclasses.replace(after, nodes=tuple(
+        dataclasses.replace(n, state=State.READY) if n.token == "a" else n for n in after.nodes))  # fmt: skip
+    lines = render(ready_child, "text", now=NOW).splitlines()
+    assert lines[0] == "lineage orders/live (id 1, database cdc): 5 partitions (1 CREATED, 1 READY, 1 RUNNING, 2 FINISHED)"
+    assert lines[3] == "retention: 2 closed windows folded into per-window totals; their 1 finished partitions are counted above, not listed below"
+    a_line = next(line for line in lines if line.startswith("a  READY"))
+    assert "unknown parent" not in a_line
+    assert json.loads(render(after, "json", now=NOW))["folded"] == {"windows": 2, "partitions": 1}
+    assert "folded" not in json.loads(render(before, "json", now=NOW))
 
 
 def test_json_has_every_token_whole_and_lag_in_seconds() -> None:
@@ -83,7 +102,7 @@ def test_dot_has_every_node_and_edge_and_marks_unknown_parents() -> None:
     assert dot.count(" -> ") == 5
     assert '"r1" -> "a";' in dot
     assert '"ghost" [label="ghost\\nunknown", style=dashed' in dot
-    assert f'"{LONG}" [label="{short(LONG)}\\nREADY' in dot
+    assert f'"{LONG}" [label="{short(LONG)}\\nCREATED' in dot
 
 
 def test_empty_lineage_text_says_how_it_fills() -> None:
