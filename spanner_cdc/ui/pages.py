@@ -113,7 +113,7 @@ def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime
     counts = " · ".join(f"{n} {s.lower()}" for s, n in state_counts(view).items() if n)
     complete = sum(1 for w in view.windows if w.complete)
     cards = [
-        ("partitions", str(len(view.partitions)), counts or "none"),
+        ("partitions", str(len(view.partitions) + view.folded_partitions), counts or "none"),  # folded: still counted
         ("low watermark", human_duration(lag, '—') + " ago" if lag is not None else "—", display_time(view.low_watermark)),
         ("windows complete", f"{complete} / {len(view.windows)}",
          f"newest {display_time(newest.start)} → {display_time(newest.end)}" if newest else "no window yet"),
