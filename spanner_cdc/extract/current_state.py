@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from spanner_cdc.errors import ExtractError, setting
 from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.window import _store, _stream, layout_of
 from spanner_cdc.lake import storage
@@ -185,9 +186,11 @@ def _apply_tasks(handle: Table, table: str, io: dict[str, str], paths: list[str]
 
 
 def _step(
-    settings: Settings, catalog: Catalog, layout: LakeLayout, store: MetadataStore, lineage_id: int, window: WindowRow
-) -> StateSummary:
-    """One window applied to every state table that does not hold it yet: one Spark job, then a snapshot per table."""
+    settings: Settings, catalog: Catalog, layout: LakeLayout, store: MetadataStore, lineage_id: int, window: WindowRow,
+    folded: bool = False,
+) -> StateSummary:  # fmt: skip
+    """One window applied to every state table that does not hold it yet: one Spark job, then a snapshot per table.
+    A window whose store rows retention folded (`folded`) cannot be: its files are no longer in the manifest."""
     from spanner_cdc.lake.state_table import (
         applied_ends,
         ensure_state_table,
@@ -213,6 +216,13 @@ def _step(
         ends = applied_ends(handle) if handle is not None else {}
         if end_text in ends or any(e > end_text for e in ends):
             continue  # this window (or a later one) is in the table already: a re-run
+        if folded:
+            raise ExtractError(
+                f"{layout.stream}: the current state of {table} does not hold window [{_z(window.start)}, "
+                f"{_z(window.end)}), whose store rows were folded by metadata-store retention: its changes can no "
+                "longer be applied; seed the state tables again (a new namespace with a snapshot), and keep "
+                f"{setting('lineage_retention')} longer than a state table may fall behind"
+            )
         table_facts = [f for f in facts if f.table == table]
         existing: list[Column] = state_columns(handle) if handle is not None else []
         if table_facts:
@@ -268,8 +278,9 @@ def update_current_state(
                     snapshot.setdefault(part.table, []).append(part.path)
                 _seed(settings, catalog, layout, taken.at, snapshot)
             made: list[StateSummary] = []
+            folded = {(t.start, t.end) for t in store.window_totals(lineage.id)}
             for window in windows:
-                summary = _step(settings, catalog, layout, store, lineage.id, window)
+                summary = _step(settings, catalog, layout, store, lineage.id, window, (window.start, window.end) in folded)
                 if summary.snapshots:
                     made.append(summary)
                     log.info("%s: current state as of %s: %s", layout.stream, _z(window.end), summary.tables)
@@ -277,6 +288,25 @@ def update_current_state(
     finally:
         _dispose(catalog)
     return made
+
+
+def applied_through(settings: Settings) -> datetime | None:
+    """The end of the newest window every current-state table of the lineage holds (its seed's time for one that holds
+    no window yet); None when it has no state table. Retention keeps the store rows of the windows after it."""
+    from spanner_cdc.lake.iceberg import _dispose
+    from spanner_cdc.lake.state_table import applied_ends
+
+    layout = layout_of(settings)
+    catalog = state_catalog(settings)
+    try:
+        newest = []
+        for table in known_tables(catalog, layout):
+            handle = _load(catalog, layout, table)
+            ends = [datetime.fromisoformat(e.replace("Z", "+00:00")) for e in (applied_ends(handle) if handle else {})]
+            newest.append(max(ends, default=datetime.min.replace(tzinfo=UTC)))
+        return min(newest, default=None)
+    finally:
+        _dispose(catalog)
 
 
 @dataclass

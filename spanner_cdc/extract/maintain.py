@@ -79,7 +79,7 @@ def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSumm
                         _compact_window(settings, store, lineage.id, layout, table, window, summary)
                 summary.snapshots_expired = iceberg.expire_snapshots(table, now - settings.snapshot_retention)
             summary.orphans_removed = remove_orphans(store, lineage.id, layout, table, now - settings.orphan_min_age)
-            fold_old_windows(store, lineage.id, now - settings.lineage_retention, summary)
+            fold_old_windows(store, lineage.id, now - settings.lineage_retention, summary, keep_after=_applied_through(settings))
         finally:
             if opened:
                 iceberg.close_catalog(opened[0])
@@ -191,6 +191,12 @@ def rewrite(
     return out
 
 
+def _applied_through(settings: Settings) -> datetime | None:
+    from spanner_cdc.extract.current_state import applied_through
+
+    return applied_through(settings)
+
+
 def _fold_state_tables(settings: Settings) -> list[str]:
     """The current-state tables' position deletes folded into data files (Spark starts only for a table that has any)."""
     from spanner_cdc.extract.current_state import fold_state_deletes
@@ -224,16 +230,22 @@ def remove_orphans(store: MetadataStore, lineage_id: int, layout: LakeLayout, ta
     return removed
 
 
-def fold_old_windows(store: MetadataStore, lineage_id: int, closed_before: datetime, summary: MaintainSummary) -> None:
+def fold_old_windows(
+    store: MetadataStore, lineage_id: int, closed_before: datetime, summary: MaintainSummary, *,
+    keep_after: datetime | None = None,
+) -> None:  # fmt: skip
     """Metadata-store retention: each window closed before `closed_before` and not folded yet, oldest first, folded in
     its own transaction (store.fold_window: its manifest rows, ended attempts and the finished partitions that ended
     before its end counted into per-window totals and deleted). Stops at the first window open or closed since: the
     frontier and everything after it stay whole. A window's files stay protected from orphan removal by its marker
-    (and its Iceberg snapshot), so a window whose marker is missing is not folded."""
+    (and its Iceberg snapshot), so a window whose marker is missing is not folded. Nor is a window ending after
+    `keep_after`: the current-state tables have not applied it yet, and read its files from the manifest."""
     folded = {(t.start, t.end) for t in store.window_totals(lineage_id)}
     for window in store.windows(lineage_id):
         if window.state != "COMPLETE" or window.closed_at is None or window.closed_at >= closed_before:
             break  # the rows of later windows are the frontier's or within the retention
+        if keep_after is not None and window.end > keep_after:
+            break
         if (window.start, window.end) in folded:
             continue
         if window.marker_path is None or not storage.exists(window.marker_path):

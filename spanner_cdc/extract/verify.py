@@ -56,16 +56,27 @@ def closed_window(store: MetadataStore, lineage: Lineage, window_end: datetime |
             raise UsageError(
                 f"lineage {lineage.name} has no closed window yet: nothing to verify (extract a window first)"
             )
-        return max(closed, key=lambda w: w.end)
+        return _not_folded(store, lineage, max(closed, key=lambda w: w.end))
     found = next((w for w in windows if w.end == window_end), None)
     if found is not None and found.state == "COMPLETE":
-        return found
+        return _not_folded(store, lineage, found)
     newest = ", ".join(_z(w.end) for w in sorted(closed, key=lambda w: w.end)[-3:]) or "none yet"
     what = f"is still {found.state}" if found is not None else "is not a window of the lineage"
     raise UsageError(
         f"{setting('window_end')} {_z(window_end)}: the window ending then {what}; only a closed window can be "
         f"verified (lineage {lineage.name}'s newest closed windows end at {newest})"
     )
+
+
+def _not_folded(store: MetadataStore, lineage: Lineage, window: WindowRow) -> WindowRow:
+    """The window, unless metadata-store retention folded its rows: the manifest no longer lists its files."""
+    if any((t.start, t.end) == (window.start, window.end) for t in store.window_totals(lineage.id)):
+        raise UsageError(
+            f"window [{_z(window.start)}, {_z(window.end)}) of lineage {lineage.name}: its store rows were folded by "
+            f"metadata-store retention ({setting('lineage_retention')}), its manifest rows with them; verify a window "
+            "closed within the retention"
+        )
+    return window
 
 
 def run_verify(

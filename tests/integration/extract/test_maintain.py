@@ -230,3 +230,40 @@ def test_killing_maintenance_at_random_moments_changes_nothing_a_reader_sees(
     assert set(published_locations(layout_of(settings).location + "/table_name=Accounts")) | set(
         published_locations(layout_of(settings).location + "/table_name=Events")) == {f.path for f in files}  # fmt: skip
     assert uuids_by_window(iceberg_rows(settings)) == expected == uuids_by_window(marker_rows(settings, store))
+
+
+@pytest.mark.parametrize("catalog", ["store", "off"])
+def test_store_retention_keeps_the_folded_windows_files_and_the_next_window_extracts(
+    make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any, store: MetadataStore,
+    monkeypatch: pytest.MonkeyPatch, catalog: str,
+) -> None:  # fmt: skip
+    """`lake maintain` with a lineage_retention of 0 folds every closed window's store rows (its manifest rows among
+    them); a later run's orphan removal, with a safety age of 0, still finds each of their files listed, by the
+    window's marker (and, with the catalog on, its Iceberg snapshot), so removes none; every reader reads the same
+    rows, and the next window plans, claims, lands and closes as before."""
+    database = make_spanner_database(DDL)
+    settings = extract_settings(database.database_id, STREAM, concurrency=1, task_tokens=1)
+    work, windows = landed_windows(database, local_spanner, settings, monkeypatch, count=2)
+    lineage = store.get_lineage(STREAM, settings.namespace)
+    committed = store.manifest(lineage.id)
+    expected = uuids_by_window(iceberg_rows(settings))
+    folding = dataclasses.replace(settings, target_file_size=1 << 10, orphan_min_age=timedelta(0),
+                                  lineage_retention=timedelta(0), iceberg_catalog=catalog)  # fmt: skip
+
+    summary = maintain(folding)
+    assert summary.windows_folded == len(windows) and summary.manifest_rows_deleted == len(committed)
+    assert summary.orphans_removed == [] and store.manifest(lineage.id) == []
+    totals = store.window_totals(lineage.id)
+    assert sum(t.files for t in totals) == len(committed) and sum(t.rows for t in totals) == len(work.expected)
+    again = maintain(folding)  # files listed by no manifest row now, and older than the safety age
+    assert again.orphans_removed == [] and again.windows_folded == 0
+    assert all(storage.exists(f.path) for f in committed)
+    assert uuids_by_window(iceberg_rows(settings)) == expected == uuids_by_window(marker_rows(settings, store))
+
+    work.phase(range(100, 108))
+    local_spanner.control.split(database.name, STREAM)
+    end = max(datetime.now(UTC), max(c[0] for c in work.expected) + timedelta(microseconds=1))
+    assert run_window(settings, windows[-1][1], end).complete
+    assert sum(f.rows for f in store.manifest(lineage.id)) == len(work.expected) - sum(t.rows for t in totals)
+    assert sum(uuids_by_window(iceberg_rows(settings)).values()) == len(work.expected)
+    assert sum(uuids_by_window(marker_rows(settings, store)).values()) == len(work.expected)

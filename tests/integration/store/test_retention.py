@@ -238,3 +238,22 @@ def test_a_window_closed_within_the_retention_and_everything_after_it_stays(stor
     summary = MaintainSummary("orders", "live")
     fold_old_windows(store, history.lineage_id, history.window(0)[0] - HOUR, summary)  # before any close
     assert summary.windows_folded == 0 and store.window_totals(history.lineage_id) == []
+
+
+def test_verify_refuses_a_folded_window_by_name(store: MetadataStore, tmp_path: Path) -> None:
+    """verify reads a window's files from the manifest: a folded window is refused with a message that says why,
+    and a window closed within the retention is verified as before."""
+    from spanner_cdc.errors import UsageError
+    from spanner_cdc.extract.verify import closed_window
+
+    history = new_history(store, f"orders_{uuid.uuid4().hex[:8]}", tmp_path / "markers", PARTITIONS)
+    history.land(0)
+    cut = clock(store)
+    history.land(1)
+    fold_old_windows(store, history.lineage_id, cut, MaintainSummary("orders", "live"))
+    lineage = store.lineage(history.lineage_id)
+    with pytest.raises(UsageError, match=r"store rows were folded by metadata-store retention .*verify a window closed within"):
+        closed_window(store, lineage, history.window(0)[1])
+    assert (closed_window(store, lineage, None).start, closed_window(store, lineage, history.window(1)[1]).end) == (
+        history.window(1)[0], history.window(1)[1]
+    )
