@@ -9,7 +9,7 @@ import math
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,7 +79,8 @@ def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSumm
                         _compact_window(settings, store, lineage.id, layout, table, window, summary)
                 summary.snapshots_expired = iceberg.expire_snapshots(table, now - settings.snapshot_retention)
             summary.orphans_removed = remove_orphans(store, lineage.id, layout, table, now - settings.orphan_min_age)
-            fold_old_windows(store, lineage.id, now - settings.lineage_retention, summary, keep_after=_applied_through(settings))
+            fold_old_windows(store, lineage.id, now - settings.lineage_retention, summary,
+                             keep_after=lambda: _applied_through(settings))  # fmt: skip
         finally:
             if opened:
                 iceberg.close_catalog(opened[0])
@@ -232,22 +233,26 @@ def remove_orphans(store: MetadataStore, lineage_id: int, layout: LakeLayout, ta
 
 def fold_old_windows(
     store: MetadataStore, lineage_id: int, closed_before: datetime, summary: MaintainSummary, *,
-    keep_after: datetime | None = None,
+    keep_after: Callable[[], datetime | None] | None = None,
 ) -> None:  # fmt: skip
     """Metadata-store retention: each window closed before `closed_before` and not folded yet, oldest first, folded in
     its own transaction (store.fold_window: its manifest rows, ended attempts and the finished partitions that ended
     before its end counted into per-window totals and deleted). Stops at the first window open or closed since: the
     frontier and everything after it stay whole. A window's files stay protected from orphan removal by its marker
     (and its Iceberg snapshot), so a window whose marker is missing is not folded. Nor is a window ending after
-    `keep_after`: the current-state tables have not applied it yet, and read its files from the manifest."""
+    what `keep_after` returns (asked only when some window is due): the current-state tables have not applied it yet,
+    and read its files from the manifest."""
     folded = {(t.start, t.end) for t in store.window_totals(lineage_id)}
+    due = []
     for window in store.windows(lineage_id):
         if window.state != "COMPLETE" or window.closed_at is None or window.closed_at >= closed_before:
             break  # the rows of later windows are the frontier's or within the retention
-        if keep_after is not None and window.end > keep_after:
+        if (window.start, window.end) not in folded:
+            due.append(window)
+    last = keep_after() if due and keep_after is not None else None
+    for window in due:
+        if last is not None and window.end > last:
             break
-        if (window.start, window.end) in folded:
-            continue
         if window.marker_path is None or not storage.exists(window.marker_path):
             log.warning("%s: window [%s, %s) has no marker: its store rows are kept (they protect its files)",
                         summary.stream, window.start.isoformat(), window.end.isoformat())  # fmt: skip

@@ -257,3 +257,41 @@ def test_verify_refuses_a_folded_window_by_name(store: MetadataStore, tmp_path: 
     assert (closed_window(store, lineage, None).start, closed_window(store, lineage, history.window(1)[1]).end) == (
         history.window(1)[0], history.window(1)[1]
     )
+
+
+def test_windows_the_current_state_tables_have_not_applied_keep_their_rows(pg_url: str, tmp_path: Path) -> None:
+    """A current-state table reads a window's files from the manifest when it applies the window: lake maintain folds
+    no window past the newest one every state table holds (current_state.applied_through)."""
+    from spanner_cdc.extract.current_state import applied_through, state_catalog
+    from spanner_cdc.extract.window import layout_of
+    from spanner_cdc.lake.current_state import Column
+    from spanner_cdc.lake.iceberg import _dispose
+    from spanner_cdc.lake.state_table import commit_row_delta, ensure_state_table, window_properties
+    from spanner_cdc.settings import Settings
+
+    store = MetadataStore.connect(pg_url)
+    try:
+        store.upgrade()
+        history = new_history(store, f"orders_{uuid.uuid4().hex[:8]}", tmp_path / "markers", PARTITIONS)
+        for n in range(3):
+            history.land(n)
+        stream = store.lineage(history.lineage_id).stream
+        settings = Settings(stream=stream, metadata_url=pg_url, output_root=tmp_path / "lake")
+        assert applied_through(settings) is None  # no state table: nothing to wait for
+        catalog = state_catalog(settings)
+        try:
+            columns = [Column("Id", {"code": "INT64"}, True, 1), Column("Name", {"code": "STRING"}, False, 2)]
+            handle = ensure_state_table(catalog, layout_of(settings), "Accounts", columns)
+            for n in range(2):  # windows 0 and 1 applied, window 2 not yet
+                commit_row_delta(handle, [], [], window_properties(*history.window(n)))
+                handle = handle.refresh()
+        finally:
+            _dispose(catalog)
+        assert applied_through(settings) == history.window(1)[1]
+        summary = MaintainSummary(stream, "live")
+        fold_old_windows(store, history.lineage_id, clock(store), summary, keep_after=lambda: applied_through(settings))
+        assert summary.windows_folded == 2
+        assert [(t.start, t.end) for t in store.window_totals(history.lineage_id)] == [history.window(n) for n in range(2)]
+        assert {f.window_start for f in store.manifest(history.lineage_id)} == {history.window(2)[0]}
+    finally:
+        store.close()
