@@ -126,6 +126,8 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=200)
     parser.add_argument("--partitions", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=5, help="plan+claim timings taken each side (the median is shown)")
+    parser.add_argument("--index-cost", action="store_true",
+                        help="instead: the landing rate with and without the two indexes retention adds, interleaved")  # fmt: skip
     args = parser.parse_args()
 
     import tempfile
@@ -135,7 +137,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="spanner-cdc-pg-retention-") as tmp:
         pg = ensure_running(Path(tmp) / "pg")
         try:
-            measure(pg.url(), Path(tmp), args.windows, args.partitions, args.repeat)
+            if args.index_cost:
+                index_cost(pg.url(), Path(tmp), args.windows, args.partitions, args.repeat)
+            else:
+                measure(pg.url(), Path(tmp), args.windows, args.partitions, args.repeat)
         finally:
             pg.stop()
 
@@ -176,6 +181,44 @@ def measure(url: str, tmp: Path, windows: int, partitions: int, repeat: int) -> 
     b, a = statistics.median(before), statistics.median(after)
     print(f"plan+claim of window {windows} ({partitions} tokens), median of {repeat}: "
           f"before {b * 1000:.1f} ms, after {a * 1000:.1f} ms, after/before {a / b:.2f}")  # fmt: skip
+
+
+RETENTION_INDEXES = ("cdc_attempts_by_window_end", "cdc_partitions_finished_by_end")
+
+
+def index_cost(url: str, tmp: Path, windows: int, partitions: int, rounds: int) -> None:
+    """Windows landed (claims, completions with splits and merges, closes) per second on two stores of one server, one
+    without the indexes migration 0010 adds for retention, in interleaved rounds: what those indexes cost the extract."""
+    import statistics
+
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        for name in ("with_indexes", "without_indexes"):
+            conn.execute(sa.text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    stores = {}
+    for name in ("with_indexes", "without_indexes"):
+        store = MetadataStore.connect(sa.make_url(url).set(database=name).render_as_string(hide_password=False))
+        store.upgrade()
+        stores[name] = store
+    stores["without_indexes"]._db.transaction(
+        lambda conn: [conn.execute(sa.text(f"DROP INDEX {index}")) for index in RETENTION_INDEXES]
+    )
+    rates: dict[str, list[float]] = {name: [] for name in stores}
+    try:
+        for n in range(rounds):
+            for name, store in (stores.items() if n % 2 == 0 else reversed(stores.items())):
+                history = new_history(store, f"r{n}", tmp / name / str(n), partitions)
+                began = time.perf_counter()
+                for w in range(windows):
+                    history.land(w)
+                rates[name].append(windows / (time.perf_counter() - began))
+    finally:
+        for store in stores.values():
+            store.close()
+    with_, without = statistics.median(rates["with_indexes"]), statistics.median(rates["without_indexes"])
+    print(f"windows of {partitions} partitions landed per second, median of {rounds} interleaved rounds of {windows}: "
+          f"with the retention indexes {with_:.2f}, without {without:.2f}, with/without {with_ / without:.2f}")  # fmt: skip
 
 
 def analyze(store: MetadataStore) -> None:
