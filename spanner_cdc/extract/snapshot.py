@@ -91,6 +91,12 @@ def _begin(settings: Settings, store: MetadataStore, database: Any, meta: Any, d
             raise UsageError(f"lineage {lineage.name} has a snapshot at {_z(existing.at)}, not {setting('at')} {_z(at)}: leave {setting('at')} out to finish it, or use another {setting('namespace')}")
         return lineage.id, existing.at
     partitions = store.partitions(lineage.id)
+    if partitions and store.window_totals(lineage.id):
+        raise UsageError(
+            f"lineage {lineage.name} has extracted changes for longer than its metadata store keeps their partitions "
+            f"({setting('lineage_retention')}): its first partitions are folded, so its snapshot's time is no longer "
+            f"known; snapshot into another {setting('namespace')}"
+        )
     if partitions:
         start = min(p.start for p in partitions)
         if at is not None and at != start - MICROSECOND:

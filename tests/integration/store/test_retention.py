@@ -295,3 +295,21 @@ def test_windows_the_current_state_tables_have_not_applied_keep_their_rows(pg_ur
         assert {f.window_start for f in store.manifest(history.lineage_id)} == {history.window(2)[0]}
     finally:
         store.close()
+
+
+def test_a_snapshot_of_a_lineage_with_folded_windows_is_refused_by_name(store: MetadataStore, tmp_path: Path) -> None:
+    """A snapshot of a lineage that already extracts changes must be at its first partition's start: once retention
+    folded the first windows that start is gone, so the snapshot is refused before Spanner is asked anything."""
+    from types import SimpleNamespace
+
+    from spanner_cdc.errors import UsageError
+    from spanner_cdc.extract.snapshot import _begin
+    from spanner_cdc.settings import Settings
+
+    history = new_history(store, f"orders_{uuid.uuid4().hex[:8]}", tmp_path / "markers", PARTITIONS)
+    history.land(0)
+    fold_old_windows(store, history.lineage_id, clock(store), MaintainSummary("orders", "live"))
+    settings = Settings(stream=store.lineage(history.lineage_id).stream)
+    no_spanner = SimpleNamespace(name="")  # the refusal comes first: nothing of the database is read
+    with pytest.raises(UsageError, match=r"first partitions are folded.*snapshot into another namespace"):
+        _begin(settings, store, no_spanner, None, "GOOGLE_STANDARD_SQL", None)
