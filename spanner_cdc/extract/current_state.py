@@ -38,6 +38,8 @@ class StateSummary:
     window_start: datetime
     tables: dict[str, int] = field(default_factory=dict)
     snapshots: dict[str, int] = field(default_factory=dict)
+    # the window's completeness record, as its marker has it and each table's snapshot summary carries it
+    completeness: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class StateSummary:
             "window_start": _z(self.window_start),
             "tables": self.tables,
             "snapshots": self.snapshots,
+            "completeness": self.completeness,
         }
 
 
@@ -191,6 +194,7 @@ def _step(
 ) -> StateSummary:  # fmt: skip
     """One window applied to every state table that does not hold it yet: one Spark job, then a snapshot per table.
     A window whose store rows retention folded (`folded`) cannot be: its files are no longer in the manifest."""
+    from spanner_cdc.lake.markers import read_marker
     from spanner_cdc.lake.state_table import (
         applied_ends,
         ensure_state_table,
@@ -231,9 +235,12 @@ def _step(
         if handle is not None:
             handles[table] = handle
     files = run_state_job(spark_session(settings), tasks) if tasks else []
-    summary = StateSummary(window.end, window.start)
+    # the record the window's close wrote in its marker (a window closed by an older release has none)
+    marker = read_marker(window.marker_path) if window.marker_path else None
+    summary = StateSummary(window.end, window.start, completeness=(marker or {}).get("completeness"))
+    properties = window_properties(window.start, window.end, summary.completeness)
     for table, handle in handles.items():
-        snapshot_id = _commit(handle, [f for f in files if f[0] == table], window_properties(window.start, window.end))
+        snapshot_id = _commit(handle, [f for f in files if f[0] == table], properties)
         summary.snapshots[table], summary.tables[table] = snapshot_id, live_rows(handle, snapshot_id)
     return summary
 

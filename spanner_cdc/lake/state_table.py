@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from spanner_cdc.errors import ExtractError
+from spanner_cdc.lake.completeness import record_from_summary, summary_properties
 from spanner_cdc.lake.current_state import Column
 from spanner_cdc.lake.iceberg import WINDOW_END, WINDOW_START
 from spanner_cdc.lake.layout import escape_table
@@ -189,8 +190,13 @@ def _evolve(handle: Table, table: str, schema: Schema, columns: Sequence[Column]
     return handle
 
 
-def window_properties(window_start: datetime, window_end: datetime) -> dict[str, str]:
-    return {WINDOW_START: _iso(window_start), WINDOW_END: _iso(window_end)}
+def window_properties(
+    window_start: datetime, window_end: datetime, completeness: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """A window snapshot's summary: the window, and the window's completeness record (`lake/completeness.py`), the
+    one its marker and the change log's snapshot carry: a consumer of the state reads how complete it is there."""
+    properties = {WINDOW_START: _iso(window_start), WINDOW_END: _iso(window_end)}
+    return {**properties, **(summary_properties(completeness) if completeness else {})}
 
 
 def _iso(value: datetime) -> str:
@@ -377,7 +383,8 @@ def read_state(handle: Table, snapshot_id: int) -> pa.Table:
 
 def table_entry(handle: Table, kind: str, source_table: str | None) -> dict[str, Any]:
     """`lake show`'s entry of one table: its identifier, kind, source table and snapshots (oldest first), each with
-    its window and the rows it added and removed (a state table removes rows by position deletes)."""
+    its window, the rows it added and removed (a state table removes rows by position deletes) and the window's
+    completeness record (None for the seed and maintenance)."""
     snapshots = []
     for snap in handle.snapshots():
         summary = snap.summary.additional_properties if snap.summary else {}
@@ -388,6 +395,7 @@ def table_entry(handle: Table, kind: str, source_table: str | None) -> dict[str,
             "window_end": summary.get(WINDOW_END) or summary.get(SNAPSHOT_AT),
             "rows_added": int(summary.get("added-records", 0)),
             "rows_removed": removed,
+            "completeness": record_from_summary(summary),
         })  # fmt: skip
     return {"identifier": list(handle.name()), "kind": kind, "source_table": source_table, "snapshots": snapshots}
 

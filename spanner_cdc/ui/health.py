@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spanner_cdc.names import LIVE_NAMESPACE
-from spanner_cdc.ui.view import ONE_MICROSECOND, STATES, PartitionView, StreamView
+from spanner_cdc.ui.view import ONE_MICROSECOND, STATES, PartitionView, StreamView, WindowView
 
 LEASED_STATES = ("SCHEDULED", "RUNNING")
 
@@ -83,6 +83,13 @@ def headroom(view: StreamView, now: datetime, warning_share: float) -> Headroom 
         return None
     left = retention - (now - view.low_watermark).total_seconds()
     return Headroom(float(retention), left, retention * warning_share)
+
+
+def last_verified(view: StreamView) -> WindowView | None:
+    """The newest window `spanner-cdc verify` checked, with its last result (`verify`): the one `/metrics` and the
+    stream page report; None when no window of the lineage was verified."""
+    verified = [w for w in view.windows if w.verify]
+    return max(verified, key=lambda w: w.end) if verified else None
 
 
 def state_counts(view: StreamView) -> dict[str, int]:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from spanner_cdc.times import parse_rfc3339
-from spanner_cdc.ui.health import freshness_seconds, headroom, state_counts, stuck
+from spanner_cdc.ui.health import freshness_seconds, headroom, last_verified, state_counts, stuck
 from spanner_cdc.ui.view import StreamView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -97,10 +97,9 @@ def render_metrics(views: Iterable[StreamView], now: datetime, headroom_warning:
         if room is not None:
             add("spanner_cdc_retention_headroom_seconds", room.seconds, **ids)
             add("spanner_cdc_retention_headroom_threshold_seconds", room.threshold_seconds, **ids)
-        verified = [w for w in view.windows if w.verify]
-        if verified:
-            last = max(verified, key=lambda w: w.end)
-            result = last.verify or {}
+        verified = last_verified(view)
+        if verified is not None:
+            last, result = verified, verified.verify or {}
             add("spanner_cdc_verify_mismatches", int(result.get("mismatches", 0)), **ids)
             add("spanner_cdc_verify_rows_compared", int(result.get("rows_compared", 0)), **ids)
             add("spanner_cdc_verify_window_end_timestamp_seconds", last.end.timestamp(), **ids)

@@ -186,8 +186,8 @@ def render_stream(
     query: StreamQuery | None = None,
     headroom_warning: float = DEFAULT_HEADROOM_WARNING,
 ) -> str:
-    """The first screen holds the cards, the open windows, the stuck tokens and the live frontier; the graph by
-    time, all windows and all partitions (paged, searchable) follow."""
+    """The first screen holds the cards, the open windows, the stuck tokens and the live frontier; the last verify,
+    the graph by time, all windows and all partitions (paged, searchable) follow."""
     query = query or StreamQuery()
     ln = view.lineage
     here = stream_href(base, ln.stream, ln.namespace).split("?")[0]
@@ -213,6 +213,7 @@ def render_stream(
         f'<div class="first-screen"><section><h2>Open windows</h2>{tables.open_windows_table(view)}</section>'
         f"<section><h2>Stuck</h2>{tables.stuck_table(stuck_list, query.stuck_page, href)}</section></div>"
         f"<h2>Live frontier</h2>{tables.frontier_table(view, query.frontier_page, href)}"
+        f"<h2 id=last-verify>Last verify</h2>{tables.verify_table(view)}"
         f'<h2 id=lineage>Lineage by time</h2><p class=muted>One column per window; finished partitions of older '
         f"windows are folded into a box at the top of their column (follow it to draw them).</p>"
         f"{legend_svg()}<div class=graph>{graph}</div>"

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import TypeVar
 
-from spanner_cdc.times import display_time, human_duration
-from spanner_cdc.ui.health import StuckPartition, lag_seconds
+from spanner_cdc.times import display_time, human_duration, parse_rfc3339
+from spanner_cdc.ui.health import StuckPartition, lag_seconds, last_verified
 from spanner_cdc.ui.svg import STATE_COLOURS
 from spanner_cdc.ui.view import PartitionView, StreamView, WindowView
 
@@ -171,6 +171,51 @@ def windows_table(view: StreamView, requested: int, href: Href) -> str:
         "<th>files</th><th>transaction check</th><th>duration</th></tr>" + rows + "</table>"
     )
     return table + pager(page, "windows_page", href, "windows")
+
+
+VERIFY_EXAMPLES = 5  # mismatches listed on the page; `spanner-cdc lake show --json` has the result's first 20
+
+
+def verify_table(view: StreamView) -> str:
+    """The last `spanner-cdc verify` of the newest window verified (the one `/metrics` reports): which window, when,
+    rows compared and mismatches, the first mismatching keys; and how to run one when none ran."""
+    window = last_verified(view)
+    if window is None:
+        return (
+            f"<p id=verify-none>No window verified yet: <code>spanner-cdc verify --stream {_e(view.lineage.stream)} "
+            f"--namespace {_e(view.lineage.namespace)}</code> compares the newest closed window with the source "
+            "(<code>verify = true</code> in the stream's table runs it daily).</p>"
+        )
+    result = window.verify or {}
+    mismatches = int(result.get("mismatches") or 0)
+    try:
+        when = display_time(parse_rfc3339(str(result.get("verified_at"))), precise=False)
+    except ValueError:
+        when = "—"
+    verdict = "clean" if mismatches == 0 else f"{mismatches} mismatch{'es' if mismatches != 1 else ''}"
+    css = "bad" if mismatches else "ok"
+    table = (
+        f'<table id=verify data-window-end="{_e(window.end.isoformat())}" data-mismatches="{mismatches}">'
+        "<tr><th>window</th><th>verified at</th><th>rows compared</th><th>mismatches</th><th>result</th></tr>"
+        f"<tr><td>{display_time(window.start)} → {display_time(window.end)}</td><td>{when}</td>"
+        f"<td class=num>{_e(result.get('rows_compared', '—'))}</td>"
+        f'<td class="num {css}">{mismatches}</td>'
+        f'<td class="{css}">{verdict}</td></tr></table>'
+    )
+    notes = []
+    log = result.get("change_log") or {}
+    if log and not log.get("checked"):
+        notes.append(f"change log not compared: {_e(log.get('reason') or 'no reason given')}")
+    skipped = [f"{t.get('table')}: {t.get('skipped')}" for t in result.get("tables") or [] if t.get("skipped")]
+    notes += [f"state table not compared: {_e(text)}" for text in skipped]
+    examples = list(result.get("examples") or [])[:VERIFY_EXAMPLES]
+    items = "".join(
+        f"<li class=mono>{_e(m.get('part'))} {_e(m.get('table'))}{' uuid ' + _e(m['uuid']) if m.get('uuid') else ''} "
+        f"key {_e(m.get('key'))}: {_e(m.get('problem'))}</li>"
+        for m in examples
+    )
+    shown = f"<p class=muted>first {len(examples)} of {mismatches}:</p><ul id=verify-examples>{items}</ul>" if items else ""
+    return table + "".join(f"<p class=muted>{note}</p>" for note in notes) + shown
 
 
 def partitions_table(view: StreamView, requested: int, href: Href, query: str = "", state: str = "") -> str:

@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "window's replacement too): when, which window, files and rows added and replaced, rows in the table; "
         "then each current-state table's (its seed from the initial snapshot, one per window). With --json: the "
         "change log's fields, each window's completeness record (the one its marker and asset event carry), and "
-        "`tables`: every table with its identifier, kind (change_log or current_state), source_table and snapshots; a "
+        "`tables`: every table with its identifier, kind (change_log or current_state), source_table and snapshots (a "
+        "window's with the same completeness record, which its Iceberg summary carries); a "
         "window that `spanner-cdc verify` checked has its last result under `verify` beside its completeness record.",
     )
     _lineage_flags(show)

@@ -240,11 +240,14 @@ def test_each_complete_window_emits_one_asset_event_with_its_bounds_and_counts(
     assert any(e["task"] == "catch_up" for e in events), "no window was finished by a later run"
 
 
-def test_each_windows_completeness_record_is_the_same_in_its_marker_snapshot_asset_event_and_lake_show(
+def test_each_windows_completeness_record_is_the_same_in_its_marker_snapshots_asset_events_and_lake_show(
     stack: Stack, history: History, hourly_runs: list[dict[str, Any]]
 ) -> None:
     from spanner_cdc.cli.main import main
-    from spanner_cdc.lake.completeness import FIELDS
+    from spanner_cdc.devstack.workload_schema import TABLES
+    from spanner_cdc.lake.completeness import FIELDS, record_from_summary
+    from spanner_cdc.lake.iceberg import catalog_properties, open_catalog
+    from spanner_cdc.lake.state_table import snapshot_at
 
     events = {
         (e["extra"]["window_start"], e["extra"]["window_end"]): e["extra"]["completeness"]
@@ -254,7 +257,15 @@ def test_each_windows_completeness_record_is_the_same_in_its_marker_snapshot_ass
     argv = ["lake", "show", "--stream", CHANGE_STREAM, "--metadata-url", stack.lineage_url, "--output-root", str(stack.lake), "--json"]
     with out.open("w") as handle, contextlib.redirect_stdout(handle):
         assert main(argv) == 0
-    shown = {(s["window_start"], s["window_end"]): s["completeness"] for s in json.loads(out.read_text())["snapshots"]}
+    listed = json.loads(out.read_text())
+    shown = {(s["window_start"], s["window_end"]): s["completeness"] for s in listed["snapshots"]}
+    # each current-state table's window snapshots, as `lake show` lists them and as their Iceberg summaries carry them
+    state_tables = [t for t in listed["tables"] if t["kind"] == "current_state"]
+    assert sorted(t["source_table"] for t in state_tables) == sorted(t.name for t in TABLES)
+    catalog = open_catalog(catalog_properties("store", metadata_url=stack.lineage_url, warehouse=str(stack.lake)))
+    handles = {t["source_table"]: catalog.load_table(tuple(t["identifier"])) for t in state_tables}
+    state_events = {e["extra"]["as_of"]: e["extra"]["completeness"] for e in _asset_events(stack)
+                    if e["asset"] == f"spanner_cdc_current_state__{STREAM_NAME}"}  # fmt: skip
     complete = [w for w in _lineage_snapshot(stack.lineage_url, "live")["windows"] if w.state == "COMPLETE"]
     assert len(complete) >= 2
     rows: dict[tuple[str, str], int] = {}
@@ -264,6 +275,13 @@ def test_each_windows_completeness_record_is_the_same_in_its_marker_snapshot_ass
         assert sorted(marker) == sorted(FIELDS) and (marker["window_start"], marker["window_end"]) == key
         assert marker["transaction_check"] == "passed"
         assert events[key] == marker and shown[key] == marker, key
+        assert state_events[_z(window.end)] == marker, key  # the current-state asset event of the window
+        for table in state_tables:
+            snapshot = handles[table["source_table"]].snapshot_by_id(snapshot_at(handles[table["source_table"]], window.end))
+            assert snapshot is not None and snapshot.summary is not None, (table["source_table"], key)
+            assert record_from_summary(snapshot.summary.additional_properties) == marker, (table["source_table"], key)
+            listed_snapshot = [s for s in table["snapshots"] if s["snapshot_id"] == snapshot.snapshot_id]
+            assert [s["completeness"] for s in listed_snapshot] == [marker], (table["source_table"], key)
         rows[key] = marker["rows"]
     # the workload's two hours have changes; the hour after (its run finishes a window left open) may have none
     assert all(rows[(s.isoformat(), e.isoformat())] > 0 for s, e in history.windows)

@@ -105,6 +105,31 @@ def state_rows(settings: Any, layout: LakeLayout, table: str, as_of: datetime) -
     return _rows(data)
 
 
+def assert_completeness_published(settings: Any, layout: LakeLayout, store: MetadataStore, made: list[Any], tables: list[str]) -> None:
+    """Each window's snapshot of each state table carries the window's completeness record in its summary, the
+    record its marker has; the window's summary (the current-state asset event's extra) and `lake show`'s entry too."""
+    from spanner_cdc.lake.completeness import FIELDS, record_from_summary
+    from spanner_cdc.lake.markers import read_marker
+    from spanner_cdc.lake.state_table import stream_tables
+
+    windows = {w.end: w for w in store.windows(store.get_lineage(layout.stream, layout.namespace).id)}
+    catalog = state_catalog(settings)
+    shown = {tuple(t["identifier"]): t for t in stream_tables(catalog, layout)}
+    for summary in made:
+        marker = read_marker(str(windows[summary.as_of].marker_path))
+        assert marker is not None
+        record = marker["completeness"]
+        assert sorted(record) == sorted(FIELDS) and record["window_end"] == summary.as_of.isoformat()
+        assert summary.completeness == record and summary.to_json()["completeness"] == record
+        for table in tables:
+            handle = catalog.load_table(state_identifier(layout, table))
+            snapshot = handle.snapshot_by_id(snapshot_at(handle, summary.as_of))
+            assert snapshot is not None and snapshot.summary is not None, (table, summary.as_of)
+            assert record_from_summary(snapshot.summary.additional_properties) == record, (table, summary.as_of)
+            entry = shown[state_identifier(layout, table)]
+            assert [s["completeness"] for s in entry["snapshots"] if s["snapshot_id"] == snapshot.snapshot_id] == [record]
+
+
 def workload(database: Any, local_spanner: Any, dialect: Dialect) -> tuple[list[datetime], list[dict[str, Any]]]:
     """Window 1: partial updates, deletes, inserts around a split. Window 2: a column added and one dropped, a table
     created (inserts, an update, a delete in it), a merge. Returns the bounds and Accounts read at window 1's end."""
@@ -165,9 +190,11 @@ def test_the_state_at_each_window_end_is_the_source_read_then_for_each_capture_t
         assert columns == [*ACCOUNTS, "Legacy"], name
         assert rows == first_source, name
         assert first[0].tables == {"Accounts": len(first_source)}, name  # the summary's count: data rows less deletes
+        assert_completeness_published(s, layout, store, first, ["Accounts"])
         # incremental: the second window on top of the first; keep=1 expires the first window's snapshot
         second = update_current_state(s, keep=1)
         assert [m.as_of for m in second] == bounds[2:] and sorted(second[0].tables) == ["Accounts", "Ledger"], name
+        assert_completeness_published(s, layout, store, second, ["Accounts", "Ledger"])
         columns, rows = state_rows(s, layout, "Accounts", bounds[2])
         assert columns == [*ACCOUNTS, "Note"], name  # the column added mid-window, typed; the dropped one gone
         assert rows == source_at(database, dialect, "Accounts", before[bounds[2]], columns), name

@@ -26,8 +26,11 @@ from spanner_cdc.lake.state_table import snapshot_at, state_identifier
 from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
 from spanner_cdc.times import parse_rfc3339
+from spanner_cdc.ui.health import stuck
 from spanner_cdc.ui.metrics import render_metrics
+from spanner_cdc.ui.pages import render_stream
 from spanner_cdc.ui.view import load_stream
+from tests.fixtures.monitoring import AFTER_VERIFY, alerts_on, parse_exposition
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(120)]
@@ -98,7 +101,8 @@ def lake(make_spanner_database: Any, extract_settings: Any, store: MetadataStore
 
 
 def test_a_clean_lake_verifies_clean_and_each_corruption_is_reported_with_its_key_and_window(
-    lake: tuple[Any, list[datetime]], store: MetadataStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    lake: tuple[Any, list[datetime]], store: MetadataStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     settings, bounds = lake
     layout = LakeLayout(settings.output_root, STREAM, settings.namespace)
@@ -136,6 +140,15 @@ def test_a_clean_lake_verifies_clean_and_each_corruption_is_reported_with_its_ke
     [line] = [x for x in metrics.splitlines() if x.startswith(f"spanner_cdc_verify_window_end_timestamp_seconds{labels} ")]
     assert float(line.split()[-1]) == bounds[2].timestamp(), line
     assert f"spanner_cdc_verify_rows_compared{labels} {kept['rows_compared']}" in metrics
+    tampered = {name: value for name, value in parse_exposition(metrics).items() if labels[1:-1] in name}
+    assert {name.split("{")[0] for name in tampered} >= AFTER_VERIFY  # every verify metric the rules may query
+    # the stream page's Last verify: that window, its counts and the key
+    view = load_stream(store, STREAM, settings.namespace)
+    page = render_stream("", view, stuck(view, datetime.now(UTC)), [settings.namespace], "store", datetime.now(UTC))
+    verified_table = page[page.index("<table id=verify"):]
+    assert f'data-window-end="{bounds[2].isoformat()}" data-mismatches="1"' in verified_table
+    assert f"<td class=num>{kept['rows_compared']}</td>" in verified_table and "1 mismatch<" in verified_table
+    assert "state Accounts key {&quot;Id&quot;:35}: values differ" in page
     # lake show --json: the result beside the window's completeness record (the record itself unchanged)
     code, out, _ = cli(settings, monkeypatch, capsys, "--json", command=("lake", "show"))
     shown = json.loads(out)
@@ -147,6 +160,9 @@ def test_a_clean_lake_verifies_clean_and_each_corruption_is_reported_with_its_ke
     assert logged["completeness"]["window_end"] == bounds[2].isoformat() and "verify" not in logged["completeness"]
     Path(path).write_bytes(original)
     assert run_verify(settings, window_end=bounds[2]).ok
+    metrics = render_metrics([load_stream(store, STREAM, settings.namespace)], datetime.now(UTC))
+    repaired = {name: value for name, value in parse_exposition(metrics).items() if labels[1:-1] in name}
+    assert repaired[f"spanner_cdc_verify_mismatches{labels}"] == 0
 
     # one change-log file of window 2 deleted: exactly its rows missing, the file named, exit 1
     files = [f for f in store.manifest(lineage.id, window_start=bounds[1], window_end=bounds[2]) if f.rows]
@@ -172,6 +188,15 @@ def test_a_clean_lake_verifies_clean_and_each_corruption_is_reported_with_its_ke
     with pytest.raises(AirflowFailException) as failed:
         verify_newest(settings, 1.0)
     assert f"window [{z(bounds[1])}, {z(bounds[2])})" in str(failed.value) and "missing in the lake" in str(failed.value)
+
+    # the shipped alert rule on the scraped values (last: promtool is Debian's prometheus package): the tampered
+    # row's verify fires it, the clean verify after the repair clears it, and expecting silence on the first fails
+    firing = [{"stream": STREAM, "namespace": settings.namespace, "severity": "critical"}]
+    fired = alerts_on(tampered, "SpannerCdcVerifyMismatches", firing, tmp_path)
+    assert fired.returncode == 0, fired.stdout + fired.stderr
+    assert alerts_on(tampered, "SpannerCdcVerifyMismatches", [], tmp_path).returncode != 0
+    cleared = alerts_on(repaired, "SpannerCdcVerifyMismatches", [], tmp_path)
+    assert cleared.returncode == 0, cleared.stdout + cleared.stderr
 
 
 def test_bad_input_names_the_field(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from datetime import datetime
@@ -139,3 +140,42 @@ def test_store_is_closed_when_the_app_stops(store: FakeStore) -> None:
     with make_client(store) as client:
         client.get("/", headers=AUTH)
     assert store.closed
+
+
+def test_stream_page_shows_the_last_verify_with_its_window_counts_and_first_keys(store: FakeStore) -> None:
+    with make_client(store) as client:
+        never = client.get("/streams/orders", headers=AUTH).text
+    assert "No window verified yet" in never and "spanner-cdc verify --stream orders --namespace live" in never
+    assert "<table id=verify" not in never
+    first, second, _ = store.graph_value.windows
+    examples = [{"part": "state", "table": "Accounts", "key": '{"Id":35}', "problem": "values differ", "uuid": None},
+                *({"part": "change_log", "table": "Accounts", "key": f'{{"Id":{i}}}', "problem": "missing in the lake",
+                   "uuid": f"u{i}"} for i in range(7))]  # fmt: skip
+    results = {  # the newest window verified is the one shown, as /metrics reports it
+        first.end: {"mismatches": 0, "rows_compared": 40, "verified_at": "2024-05-01T12:05:00Z", "examples": []},
+        second.end: {"mismatches": 8, "rows_compared": 95, "verified_at": "2024-05-01T12:20:00.5Z", "examples": examples,
+                     "change_log": {"checked": True}, "tables": [{"table": "Accounts", "skipped": None}]},
+    }  # fmt: skip
+    windows = tuple(dataclasses.replace(w, verify=results.get(w.end)) for w in store.graph_value.windows)
+    store.graph_value = dataclasses.replace(store.graph_value, windows=windows)
+    with make_client(store) as client:
+        html = client.get("/streams/orders", headers=AUTH).text
+    table = html[html.index("<table id=verify"):]
+    table = table[: table.index("</table>")]
+    assert f'data-window-end="{second.end.isoformat()}"' in table and 'data-mismatches="8"' in table
+    assert "2024-05-01 11:00:00 UTC → 2024-05-01 12:00:00 UTC" in table and "2024-05-01 12:20:00 UTC" in table
+    assert "<td class=num>95</td>" in table and "8 mismatches" in table
+    listed = html[html.index("<ul id=verify-examples>"):]
+    listed = listed[: listed.index("</ul>")]
+    assert listed.count("<li") == 5 and "state Accounts key {&quot;Id&quot;:35}: values differ" in listed
+    assert "change_log Accounts uuid u0 key {&quot;Id&quot;:0}: missing in the lake" in listed
+    assert "first 5 of 8" in html and "No window verified yet" not in html
+    # a verify whose change log left the stream's retention says so
+    results[second.end] = {"mismatches": 0, "rows_compared": 50, "verified_at": "2024-05-01T12:30:00Z", "examples": [],
+                           "change_log": {"checked": False, "reason": "window left the stream's retention"}}  # fmt: skip
+    windows = tuple(dataclasses.replace(w, verify=results.get(w.end)) for w in store.graph_value.windows)
+    store.graph_value = dataclasses.replace(store.graph_value, windows=windows)
+    with make_client(store) as client:
+        html = client.get("/streams/orders", headers=AUTH).text
+    assert 'data-mismatches="0"' in html and ">clean</td>" in html and "verify-examples" not in html
+    assert "change log not compared: window left the stream&#x27;s retention" in html
