@@ -248,6 +248,9 @@ def _print_report(result: Measured, args: argparse.Namespace, where: str) -> Non
     report(f"store: batched claim+complete ({BATCH} per batch)", batched, BATCHED_TARGET, "/s")
     group = medians[f"batched: {WAVE_GROUP} (a 1,000-token wave's group)"]
     report(f"store: batched claim+complete ({WAVE_GROUP} per batch, a wave's group)", group, BATCHED_TARGET, "/s")
+    # the landings that finish partitions and make their children READY (more statements per batch)
+    splits = medians["batched, each root splits in 2"]
+    report(f"store: batched claim+complete ({BATCH} per batch, each root splits in 2)", splits, BATCHED_TARGET, "/s")
     report(f"store: {args.plan_tokens:,}-token window planned + claimed", plan, PLAN_TARGET_S, "s", higher_is_better=False)
     for kind, samples in result.cpu.items():
         if samples:
