@@ -264,6 +264,45 @@ def _print_report(result: Measured, args: argparse.Namespace, where: str) -> Non
             )
 
 
+def compare_planning(url: str, rounds: int, tokens: int) -> None:
+    """CPU per claim+complete with the claim and the landing sent as SQL text (planned at every call, as before
+    store/functions.py) and through their functions (planned once per session), alternating on one store, batched
+    and one by one."""
+    from spanner_cdc.store import functions
+    from spanner_cdc.store.batch_sql import LAND_MANY
+    from spanner_cdc.store.transition_sql import CLAIM_ANY, CLAIM_NAMED
+
+    texts = {"cdc_claim_any": CLAIM_ANY, "cdc_claim_named": CLAIM_NAMED, "cdc_land_many": LAND_MANY}
+    calls = {f.stem: f.call for f in functions.FUNCTIONS}
+    store = MetadataStore.connect(url)
+    store.upgrade()
+    cpu: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    try:
+        for round_ in range(rounds + 1):  # the first round warms both ways and is not counted
+            for kind, count, batched in (("batched", tokens, True), ("one by one", max(50, tokens // 10), False)):
+                for way in ("text", "functions"):
+                    for function in functions.FUNCTIONS:  # what the store's call executes (a cached property)
+                        function.__dict__["call"] = texts[function.stem] if way == "text" else calls[function.stem]
+                    measured = cpu_per_transition(store, count, batched=batched)
+                    if round_:
+                        cpu.setdefault((kind, way), []).append(measured)
+    finally:
+        for function in functions.FUNCTIONS:
+            function.__dict__["call"] = calls[function.stem]
+        store.close()
+    print(f"claim + landing as SQL text vs as functions, alternating on one store, medians of {rounds} rounds "
+          f"(batched: {tokens} tokens, {BATCH} per claim; one by one: {max(50, tokens // 10)} tokens)")  # fmt: skip
+    for kind in ("batched", "one by one"):
+        text, function = cpu[(kind, "text")], cpu[(kind, "functions")]
+        t_client, t_server = statistics.median(c for c, _ in text), statistics.median(s for _, s in text)
+        f_client, f_server = statistics.median(c for c, _ in function), statistics.median(s for _, s in function)
+        print(
+            f"  {kind:<10}  Postgres {t_server:.4f} -> {f_server:.4f} ms per claim+complete ({t_server / f_server:.2f}x), "
+            f"client {t_client:.4f} -> {f_client:.4f} ms; capacity {1000 / (t_client + t_server):.0f} -> "
+            f"{1000 / (f_client + f_server):.0f}/s"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--tokens", type=int, default=500, help="tokens per scenario and round (default 500)")
@@ -279,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--driver", choices=("psycopg2", "psycopg"), default="psycopg2", help="the URL's Postgres driver (default psycopg2)"
     )
+    parser.add_argument(
+        "--compare-planning", action="store_true",
+        help="instead: CPU per claim+complete with the claim and the landing as SQL text vs as functions, alternating",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         server = None
@@ -291,6 +334,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             url, where = server.create_database("bench_store"), "the embedded Postgres (fsync=off)"
         url = sa.make_url(url).set(drivername=f"postgresql+{args.driver}").render_as_string(hide_password=False)
         try:
+            if args.compare_planning:
+                compare_planning(url, args.rounds, args.cpu_tokens)
+                print(f"command: {COMMAND} --compare-planning --rounds {args.rounds} --cpu-tokens {args.cpu_tokens} --driver {args.driver}")
+                return 0
             result = measure(url, args.tokens, args.workers, args.rounds, args.plan_tokens, args.cpu_tokens)
         finally:
             if server is not None:
