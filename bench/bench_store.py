@@ -257,6 +257,8 @@ def _print_report(result: Measured, args: argparse.Namespace, where: str) -> Non
             client = statistics.median(c for c, _ in samples)
             server = statistics.median(s for _, s in samples)
             capacity = 1000 / (client + server)
+            if kind == "batched":  # the rate one worker's CPU allows, whatever else shares the machine
+                report(f"store: batched claim+complete ({BATCH} per batch), CPU capacity of one worker", capacity, BATCHED_TARGET, "/s")
             print(
                 f"CPU per claim+complete, {kind}: client {client:.3f} ms + Postgres {server:.3f} ms, so one worker can do "
                 f"{capacity:.0f}/s when it has the CPU (wall-clock figures above fall when other work shares the "
