@@ -248,17 +248,61 @@ def _print_report(result: Measured, args: argparse.Namespace, where: str) -> Non
     report(f"store: batched claim+complete ({BATCH} per batch)", batched, BATCHED_TARGET, "/s")
     group = medians[f"batched: {WAVE_GROUP} (a 1,000-token wave's group)"]
     report(f"store: batched claim+complete ({WAVE_GROUP} per batch, a wave's group)", group, BATCHED_TARGET, "/s")
+    # the landings that finish partitions and make their children READY (more statements per batch)
+    splits = medians["batched, each root splits in 2"]
+    report(f"store: batched claim+complete ({BATCH} per batch, each root splits in 2)", splits, BATCHED_TARGET, "/s")
     report(f"store: {args.plan_tokens:,}-token window planned + claimed", plan, PLAN_TARGET_S, "s", higher_is_better=False)
     for kind, samples in result.cpu.items():
         if samples:
             client = statistics.median(c for c, _ in samples)
             server = statistics.median(s for _, s in samples)
             capacity = 1000 / (client + server)
+            if kind == "batched":  # the rate one worker's CPU allows, whatever else shares the machine
+                report(f"store: batched claim+complete ({BATCH} per batch), CPU capacity of one worker", capacity, BATCHED_TARGET, "/s")
             print(
                 f"CPU per claim+complete, {kind}: client {client:.3f} ms + Postgres {server:.3f} ms, so one worker can do "
                 f"{capacity:.0f}/s when it has the CPU (wall-clock figures above fall when other work shares the "
                 f"machine; load average now {os.getloadavg()[0]:.1f})"
             )
+
+
+def compare_planning(url: str, rounds: int, tokens: int) -> None:
+    """CPU per claim+complete with the claim and the landing sent as SQL text (planned at every call, as before
+    store/functions.py) and through their functions (planned once per session), alternating on one store, batched
+    and one by one."""
+    from spanner_cdc.store import functions
+    from spanner_cdc.store.batch_sql import LAND_MANY
+    from spanner_cdc.store.transition_sql import CLAIM_ANY, CLAIM_NAMED
+
+    texts = {"cdc_claim_any": CLAIM_ANY, "cdc_claim_named": CLAIM_NAMED, "cdc_land_many": LAND_MANY}
+    calls = {f.stem: f.call for f in functions.FUNCTIONS}
+    store = MetadataStore.connect(url)
+    store.upgrade()
+    cpu: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    try:
+        for round_ in range(rounds + 1):  # the first round warms both ways and is not counted
+            for kind, count, batched in (("batched", tokens, True), ("one by one", max(50, tokens // 10), False)):
+                for way in ("text", "functions"):
+                    for function in functions.FUNCTIONS:  # what the store's call executes (a cached property)
+                        function.__dict__["call"] = texts[function.stem] if way == "text" else calls[function.stem]
+                    measured = cpu_per_transition(store, count, batched=batched)
+                    if round_:
+                        cpu.setdefault((kind, way), []).append(measured)
+    finally:
+        for function in functions.FUNCTIONS:
+            function.__dict__["call"] = calls[function.stem]
+        store.close()
+    print(f"claim + landing as SQL text vs as functions, alternating on one store, medians of {rounds} rounds "
+          f"(batched: {tokens} tokens, {BATCH} per claim; one by one: {max(50, tokens // 10)} tokens)")  # fmt: skip
+    for kind in ("batched", "one by one"):
+        text, function = cpu[(kind, "text")], cpu[(kind, "functions")]
+        t_client, t_server = statistics.median(c for c, _ in text), statistics.median(s for _, s in text)
+        f_client, f_server = statistics.median(c for c, _ in function), statistics.median(s for _, s in function)
+        print(
+            f"  {kind:<10}  Postgres {t_server:.4f} -> {f_server:.4f} ms per claim+complete ({t_server / f_server:.2f}x), "
+            f"client {t_client:.4f} -> {f_client:.4f} ms; capacity {1000 / (t_client + t_server):.0f} -> "
+            f"{1000 / (f_client + f_server):.0f}/s"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -276,6 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--driver", choices=("psycopg2", "psycopg"), default="psycopg2", help="the URL's Postgres driver (default psycopg2)"
     )
+    parser.add_argument(
+        "--compare-planning", action="store_true",
+        help="instead: CPU per claim+complete with the claim and the landing as SQL text vs as functions, alternating",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         server = None
@@ -288,6 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             url, where = server.create_database("bench_store"), "the embedded Postgres (fsync=off)"
         url = sa.make_url(url).set(drivername=f"postgresql+{args.driver}").render_as_string(hide_password=False)
         try:
+            if args.compare_planning:
+                compare_planning(url, args.rounds, args.cpu_tokens)
+                print(f"command: {COMMAND} --compare-planning --rounds {args.rounds} --cpu-tokens {args.cpu_tokens} --driver {args.driver}")
+                return 0
             result = measure(url, args.tokens, args.workers, args.rounds, args.plan_tokens, args.cpu_tokens)
         finally:
             if server is not None:

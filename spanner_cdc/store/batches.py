@@ -13,7 +13,8 @@ from sqlalchemy.engine import Connection, Row
 from spanner_cdc.lineage import rules
 from spanner_cdc.model.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
 from spanner_cdc.store.base import StoreBase
-from spanner_cdc.store.batch_sql import ANY_ATTEMPT_RUNNING, LAND_MANY, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
+from spanner_cdc.store.batch_sql import ANY_ATTEMPT_RUNNING, LOCK_CREATED_CHILDREN_OF, RENEW_MANY
+from spanner_cdc.store.functions import LAND_MANY_FUNCTION
 from spanner_cdc.store.models import BatchResult, Claim, Completion, LeaseLost
 from spanner_cdc.store.transition_sql import (
     INSERT_CHILDREN,
@@ -141,7 +142,7 @@ class BatchTransitions(StoreBase):
             return self._land_only(items, params)
 
         def body(conn: Connection) -> BatchResult:
-            landed = set(conn.execute(LAND_MANY, params).scalars().all())
+            landed = set(conn.execute(LAND_MANY_FUNCTION.call, params).scalars().all())
             done = [item for item in items if item.claim.token in landed]
             kids = sorted(
                 {child for item in done for child in children_of(item.claim.token, item.children)},
@@ -168,7 +169,7 @@ class BatchTransitions(StoreBase):
     def _land_only(self, items: Sequence[Completion], params: dict[str, object]) -> BatchResult:
         """A batch that finishes nothing and announces no partition is LAND_MANY alone: one statement, its own
         transaction (one round trip). Who holds a lost token now is asked afterwards: it was never ours."""
-        landed = set(self._db.statement(lambda conn: conn.execute(LAND_MANY, params).scalars().all()))
+        landed = set(self._db.statement(lambda conn: conn.execute(LAND_MANY_FUNCTION.call, params).scalars().all()))
         lost: tuple[LeaseLost, ...] = ()
         held: tuple[str, ...] = ()
         if len(landed) < len(items):

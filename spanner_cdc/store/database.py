@@ -25,6 +25,7 @@ POINT_ELSEWHERE = f"start it, or point to another with {setting('metadata_url')}
 # deadlock_detected, serialization_failure: the whole transaction is safe to run again
 RETRYABLE_PGCODES = frozenset({"40P01", "40001"})
 UNDEFINED_TABLE = "42P01"
+UNDEFINED_FUNCTION = "42883"
 MAX_ATTEMPTS = 5
 QUOTING_HINT = "@ : / % in the user name or password written as %40 %3A %2F %25"
 NO_SSL_REASON = "server does not support SSL"
@@ -160,6 +161,10 @@ class Database:
         if code == UNDEFINED_TABLE:
             return SchemaOutdated(
                 f"metadata store at {self.display_url} has no spanner-cdc schema ({_reason(exc)}): {UPGRADE_HINT}"
+            )
+        if code == UNDEFINED_FUNCTION and "cdc_" in _reason(exc):  # store.functions of another release
+            return SchemaOutdated(
+                f"metadata store at {self.display_url} lacks a function of this release ({_reason(exc)}): {UPGRADE_HINT}"
             )
         if isinstance(exc, sa.exc.OperationalError) and code is None:
             return self.unreachable(exc)

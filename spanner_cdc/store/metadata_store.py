@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spanner_cdc.store import migrations
+from spanner_cdc.store import functions, migrations
 from spanner_cdc.store.database import Database
 from spanner_cdc.store.lineages import LineageQueries
 from spanner_cdc.store.liveness import Liveness
@@ -39,6 +39,10 @@ class MetadataStore(
     def check_schema(self) -> None:
         """SchemaOutdated when the schema is missing or older than the code."""
         migrations.check(self._db)
+
+    def missing_functions(self) -> list[str]:
+        """This release's functions (store/functions.py) the store lacks: `upgrade` installs them."""
+        return self._db.transaction(functions.missing)
 
     def schema_version(self) -> int:
         return self._db.transaction(migrations.current_version)

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from spanner_cdc.errors import SchemaOutdated, StoreError
+from spanner_cdc.store import functions
 from spanner_cdc.store.database import UPGRADE_HINT, Database
 
 # The schema this code was written against; a unit test keeps it equal to the newest file in sql/.
@@ -66,7 +67,8 @@ def applied(conn: Connection) -> list[tuple[int, str, object]]:
 
 
 def upgrade(db: Database, migrations: list[Migration] | None = None) -> list[str]:
-    """Apply every pending migration in one transaction; concurrent upgrades wait for each other."""
+    """Apply every pending migration in one transaction, then install this code's functions (store.functions) once
+    the schema is the code's; concurrent upgrades wait for each other."""
     pending_all = discover() if migrations is None else migrations
 
     def body(conn: Connection) -> list[str]:
@@ -90,13 +92,15 @@ def upgrade(db: Database, migrations: list[Migration] | None = None) -> list[str
                 {"version": migration.version, "name": migration.name},
             )
             done.append(migration.name)
+        if current_version(conn) == SCHEMA_VERSION:  # the functions read this schema's tables
+            functions.install(conn)
         return done
 
     return db.transaction(body)
 
 
 def check(db: Database, expected: int = SCHEMA_VERSION) -> int:
-    """Refuse a store whose schema is missing or older than the code; return its version."""
+    """Refuse a store whose schema is missing or older than the code, or lacks the code's functions; return its version."""
     version = db.transaction(current_version)
     if version == 0:
         raise SchemaOutdated(f"metadata store at {db.display_url} has no spanner-cdc schema: {UPGRADE_HINT}")
@@ -109,5 +113,10 @@ def check(db: Database, expected: int = SCHEMA_VERSION) -> int:
         raise SchemaOutdated(
             f"metadata store at {db.display_url} has schema version {version}, newer than this code's {expected}: "
             "upgrade spanner-cdc"
+        )
+    absent = db.transaction(functions.missing)
+    if absent:
+        raise SchemaOutdated(
+            f"metadata store at {db.display_url} {functions.MISSING_HINT} ({', '.join(absent)}): {UPGRADE_HINT}"
         )
     return version

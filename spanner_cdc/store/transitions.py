@@ -13,9 +13,10 @@ from sqlalchemy.engine import Connection
 from spanner_cdc.lineage import rules
 from spanner_cdc.model.records import ChildPartitionsRecord, PartitionEventRecord, PartitionStartRecord
 from spanner_cdc.store.batches import BatchTransitions, lease_lost
+from spanner_cdc.store.functions import CLAIM_ANY_FUNCTION, CLAIM_NAMED_FUNCTION
 from spanner_cdc.store.liveness import Liveness
 from spanner_cdc.store.models import Claim, Completion, ManifestFile
-from spanner_cdc.store.transition_sql import CLAIM_ANY, CLAIM_NAMED, EXPIRE, FAIL, RENEW, SCHEDULE
+from spanner_cdc.store.transition_sql import EXPIRE, FAIL, RENEW, SCHEDULE
 from spanner_cdc.times import utc, utc_or_none
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class PartitionTransitions(BatchTransitions):
         if limit is not None and limit < 1:
             return []
         named = sorted(set(tokens)) if tokens is not None else []
-        statement = CLAIM_ANY if tokens is None else CLAIM_NAMED
+        statement = (CLAIM_ANY_FUNCTION if tokens is None else CLAIM_NAMED_FUNCTION).call
         params = {
             "lineage_id": lineage_id,
             "last": rules.inclusive_end(window_end),
@@ -64,7 +65,8 @@ class PartitionTransitions(BatchTransitions):
             "liveness_key": self._liveness.key(owner) if liveness else None,
         }
 
-        # one statement (claims, their attempts, the attempts taken over): its own transaction, one round trip
+        # one statement (claims, their attempts, the attempts taken over), planned once per session (store.functions):
+        # its own transaction, one round trip
         rows = self._db.statement(lambda conn: conn.execute(statement, params).all())
         return [_claim_of(r, lineage_id, owner) for r in rows]
 

@@ -17,7 +17,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("db", help="create / migrate the metadata store schema", description=__doc__)
     actions = parser.add_subparsers(dest="db_action", metavar="ACTION", required=True)
     upgrade = actions.add_parser(
-        "upgrade", help="apply pending schema migrations", description="Create or migrate the metadata store schema."
+        "upgrade",
+        help="apply pending schema migrations and install this release's functions",
+        description="Create or migrate the metadata store schema, and install the functions this release's claims and "
+        "landings call (run it after installing another release too).",
     )
     add_metadata_url_flag(upgrade)
     upgrade.set_defaults(func=run_upgrade)
@@ -67,6 +70,10 @@ def run_status(args: argparse.Namespace) -> int:
             return 1
         if version > SCHEMA_VERSION:
             print("the store is newer than this code: upgrade spanner-cdc")
+            return 1
+        missing = store.missing_functions()
+        if missing:
+            print(f"missing functions of this release: {', '.join(missing)}: run `spanner-cdc db upgrade`")
             return 1
         lineages = store.lineages()
         print(f"lineages: {len(lineages)}")

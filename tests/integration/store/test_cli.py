@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spanner_cdc.model.records import ChildPartition, ChildPartitionsRecord
-from spanner_cdc.store import MetadataStore, migrations
+from spanner_cdc.store import MetadataStore, functions, migrations
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +57,15 @@ def test_upgrade_status_and_missing_schema_through_the_cli(empty_database: Calla
     version = migrations.SCHEMA_VERSION
     assert f"schema version: {version} (this code needs {version})" in status.stdout
     assert f"  applied {names[-1]} at " in status.stdout
+    with MetadataStore.connect(url) as store:  # as a store another release upgraded: this release's functions absent
+        with store._db.engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP FUNCTION {functions.LAND_MANY_FUNCTION.name}(json, bigint, json)")
+    status = cli("db", "status", "--metadata-url", url)
+    assert status.returncode == 1
+    hint = f"missing functions of this release: {functions.LAND_MANY_FUNCTION.name}: run `spanner-cdc db upgrade`"
+    assert hint in status.stdout
+    assert cli("db", "upgrade", "--metadata-url", url).returncode == 0
+    assert cli("db", "status", "--metadata-url", url).returncode == 0
 
     not_found = cli("lineage", "show", "--stream", "orders", "--namespace", "backfill_1", "--metadata-url", url)
     assert not_found.returncode == 1

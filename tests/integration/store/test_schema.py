@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from spanner_cdc.errors import SchemaOutdated, StoreUnreachable
 from spanner_cdc.settings import load_settings
-from spanner_cdc.store import MetadataStore, migrations, open_store
+from spanner_cdc.store import MetadataStore, functions, migrations, open_store
 
 pytestmark = pytest.mark.integration
 
@@ -92,8 +94,6 @@ def test_unreachable_store_says_how_to_point_elsewhere() -> None:
 
 
 def test_upgrade_from_version_2_fills_read_from_for_existing_partitions(empty_database: Callable[[], str]) -> None:
-    import sqlalchemy as sa
-
     from spanner_cdc.lineage import rules
 
     with MetadataStore.connect(empty_database()) as store:
@@ -114,3 +114,35 @@ def test_upgrade_from_version_2_fills_read_from_for_existing_partitions(empty_da
         assert found["unread"][0] == found["unread"][1]
         assert found["landed"][0] == found["landed"][1]
         assert found["landed"][0].hour == 1
+
+
+def test_a_store_without_this_releases_functions_says_to_upgrade(empty_database: Callable[[], str]) -> None:
+    """As a store upgraded by another release (store/functions.py): checked, and the claim that needs one says so."""
+    with MetadataStore.connect(empty_database()) as store:
+        store.upgrade()
+        store.check_schema()
+        land = functions.LAND_MANY_FUNCTION
+        with store._db.engine.begin() as conn:
+            for function in functions.FUNCTIONS:
+                arguments = ", ".join(functions.PARAMETER_TYPES[p] for p in function.parameters)
+                conn.exec_driver_sql(f"DROP FUNCTION {function.name}({arguments})")
+        with pytest.raises(
+            SchemaOutdated,
+            match=rf"lacks the functions .*\({functions.CLAIM_ANY_FUNCTION.name}, .*{land.name}\): run `spanner-cdc db upgrade`",
+        ):
+            store.check_schema()
+        lineage = store.ensure_lineage("s", "live")
+        with pytest.raises(SchemaOutdated, match=r"lacks a function of this release .*: run `spanner-cdc db upgrade`"):
+            store.claim(lineage.id, window_end=datetime(2025, 1, 1, tzinfo=UTC), owner="w", lease=timedelta(minutes=1))
+        assert store.upgrade() == []  # no migration is pending: the functions alone are installed again
+        store.check_schema()
+        assert (
+            store.claim(lineage.id, window_end=datetime(2025, 1, 1, tzinfo=UTC), owner="w", lease=timedelta(minutes=1))
+            == []
+        )
+        with store._db.engine.connect() as conn:
+            assert functions.missing(conn) == []
+            assert (
+                conn.execute(sa.text("SELECT count(*) FROM pg_proc WHERE proname = :n"), {"n": land.name}).scalar_one()
+                == 1
+            )

@@ -76,6 +76,17 @@ def test_column_types_are_mapped_once_per_text() -> None:
     assert first.column_types == _records("POSTGRESQL", [ex.TRANSFER_1])[0].column_types
 
 
+def test_a_tables_changed_column_types_are_mapped_anew_and_the_same_text_maps_alike_again() -> None:
+    """As after a schema change mid-stream (a column added, then a record of the old schema): each text its own."""
+    fast = FastDataChanges()
+    columns = ex.TRANSFER_1["data_change_record"]["column_types"]
+    added = [*columns, {"name": "Note", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 4}]
+    examples = [ex.TRANSFER_1, ex.with_changes(ex.TRANSFER_1, column_types=added), ex.TRANSFER_1]
+    records = [fast(json.dumps(example)) for example in examples]
+    assert [r.column_types if r else None for r in records] == [r.column_types for r in _records("POSTGRESQL", examples)]
+    assert [len(r.column_types) if r else 0 for r in records] == [3, 4, 3]
+
+
 @pytest.mark.parametrize(
     ("field", "accepted"), [("mod_type", MOD_TYPES), ("value_capture_type", VALUE_CAPTURE_TYPES)]
 )
