@@ -164,8 +164,11 @@ def _seed(
         )
 
 
-def _apply_tasks(handle: Table, table: str, io: dict[str, str], paths: list[str], window: WindowRow) -> list[StateTask]:
-    """A task per key bucket, each with the bucket's data files and the delete files that apply to them."""
+def _apply_tasks(
+    handle: Table, table: str, io: dict[str, str], paths: list[str], window: WindowRow, memory: int | None = None
+) -> list[StateTask]:
+    """A task per key bucket, each with the bucket's data files and the delete files that apply to them (and at most
+    `memory` bytes to do it in, when bounded)."""
     from spanner_cdc.lake.state_table import BUCKETS
     from spanner_cdc.spark.state_job import Candidate, StateTask
 
@@ -179,7 +182,8 @@ def _apply_tasks(handle: Table, table: str, io: dict[str, str], paths: list[str]
             )
     buckets: list[int | None] = list(range(BUCKETS)) if bucketed else [None]
     return [
-        StateTask("apply", table, handle.metadata_location, io, paths, b, candidates.get(b, []), window.start, window.end)
+        StateTask("apply", table, handle.metadata_location, io, paths, b, candidates.get(b, []), window.start, window.end,
+                  memory)
         for b in buckets
     ]  # fmt: skip
 
@@ -217,7 +221,7 @@ def _step(
         existing: list[Column] = state_columns(handle) if handle is not None else []
         if table_facts:
             handle = ensure_state_table(catalog, layout, table, target_columns(table_facts, existing))
-            tasks += _apply_tasks(handle, table, io, sorted(changes.get(table, [])), window)
+            tasks += _apply_tasks(handle, table, io, sorted(changes.get(table, [])), window, settings.state_task_memory)
         if handle is not None:
             handles[table] = handle
     files = run_state_job(spark_session(settings), tasks) if tasks else []
