@@ -13,7 +13,6 @@ import random
 import resource
 import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -71,14 +70,11 @@ def _catalog(root: Path) -> Any:
 
 
 def seed_table(root: Path, size: int, name: str = "T", rows: pa.Table | None = None) -> Any:
-    """A state table of `size` rows (or of `rows`), written bucket by bucket (the seed's layout) with pyiceberg's writer."""
-    from pyiceberg.io.pyarrow import write_file
-    from pyiceberg.table import WriteTask
-
+    """A state table of `size` rows (or of `rows`), written bucket by bucket (the seed's layout) with the state's writer."""
     from spanner_cdc.lake.current_state import Column
     from spanner_cdc.lake.layout import LakeLayout
     from spanner_cdc.lake.state_table import BUCKETS, commit_row_delta, ensure_state_table
-    from spanner_cdc.spark.state_job import _partition
+    from spanner_cdc.spark.state_job import _partition, write_data
 
     handle = ensure_state_table(
         _catalog(root), LakeLayout(str(root / "lake"), "bench", "ns"), name, [Column(**c) for c in TYPES]
@@ -91,9 +87,7 @@ def seed_table(root: Path, size: int, name: str = "T", rows: pa.Table | None = N
     plain = pa.schema([("Id", pa.int64()), ("Name", pa.string()), ("Qty", pa.int64()), ("Note", pa.string())])
     files = []
     for b in (b for b in range(BUCKETS) if groups.get(b)):
-        part = data.take(pa.array(groups[b])).cast(plain)
-        task = WriteTask(uuid.uuid4(), b, handle.schema(), part.to_batches(), partition_key=_partition(handle, "Id", b))
-        files += list(write_file(handle.io, handle.metadata, iter([task])))
+        files.append(write_data(handle, data.take(pa.array(groups[b])).cast(plain), _partition(handle, "Id", b)))
     commit_row_delta(handle, files, [], {"spanner-cdc.snapshot-at": T0.isoformat()})
     return handle
 

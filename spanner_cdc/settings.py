@@ -181,6 +181,9 @@ class Settings:
     current_state_keep: int = field(
         default=24, metadata=_meta(int_between(1, 10_000), "window snapshots kept per current-state table when no stream table says")
     )
+    state_task_memory: int | None = field(
+        default=None, metadata=_meta(optional(byte_size), "memory each current-state apply task may take (a process of its own, RLIMIT_DATA); unset: no bound")
+    )
 
     @property
     def lease(self) -> timedelta:
@@ -249,7 +252,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
 
 
 TUNING_FIELDS = ("wave_group_tokens", "task_tokens", "task_threads", "check_driver_rows", "lake_writer", "liveness", "lease_s",
-                 "current_state_keep")  # fmt: skip
+                 "current_state_keep", "state_task_memory")  # fmt: skip
 SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
                      "namespace", "concurrency", "heartbeat_ms", "home", "target_file_size", "snapshot_retention",
                      "orphan_min_age", "lineage_retention", *TUNING_FIELDS)  # fmt: skip

@@ -5,6 +5,7 @@ the Iceberg side, spark/state_job.py its job)."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -122,16 +123,51 @@ def known_tables(catalog: Catalog, layout: LakeLayout) -> list[str]:
     return sorted(str(catalog.load_table(i).properties.get(SOURCE_TABLE, i[-1][len(prefix) :])) for i in names)
 
 
+class StateConflict(ExtractError):
+    """Another writer committed a snapshot to a state table while a window's files were written for the one before:
+    the files name rows by position in the data files the table had, so the window is applied again."""
+
+
+COMMIT_ATTEMPTS = 3
+
+
 def _commit(handle: Table, files: list[Any], properties: dict[str, str]) -> int:
-    from spanner_cdc.lake.state_table import commit_row_delta
+    """The window's (or the seed's) files as one snapshot. A commit that lost a race: when the table now holds this
+    window (another run applied it), that snapshot and nothing more; when the table's snapshot is the same (the catalog
+    changed under it, not its rows), the same files again; when another snapshot came, a StateConflict."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from spanner_cdc.lake.iceberg import WINDOW_END
+    from spanner_cdc.lake.state_table import SNAPSHOT_AT, applied_ends, commit_row_delta
 
     spec_id = handle.metadata.default_spec_id
     for _, _, data_file in files:
         data_file.spec_id = spec_id  # every file was written with the table's spec (a pickled entry drops it)
     data = [f for _, kind, f in files if kind == "data"]
     deletes = [f for _, kind, f in files if kind == "deletes"]
+    base = handle.current_snapshot()
+    end = properties.get(WINDOW_END) or properties[SNAPSHOT_AT]
     failpoint("state_before_commit")  # crash tests: the window's files are written, its snapshot not yet committed
-    return commit_row_delta(handle, data, deletes, properties)
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            return commit_row_delta(handle, data, deletes, properties)
+        except CommitFailedException as exc:
+            handle.refresh()
+            held = applied_ends(handle).get(end)
+            if held is not None:
+                log.info("current-state table %s: the window ending %s was committed by another run (snapshot %s)",
+                         handle.name(), end, held)  # fmt: skip
+                return held
+            current = handle.current_snapshot()
+            if (current and current.snapshot_id) != (base and base.snapshot_id):
+                raise StateConflict(
+                    f"current-state table {'.'.join(handle.name())}: another snapshot ({current and current.snapshot_id}) "
+                    f"was committed while the window ending {end} was applied to snapshot {base and base.snapshot_id}"
+                ) from exc
+            if attempt == COMMIT_ATTEMPTS:
+                raise
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")
 
 
 def _seed(
@@ -168,8 +204,11 @@ def _seed(
         )
 
 
-def _apply_tasks(handle: Table, table: str, io: dict[str, str], paths: list[str], window: WindowRow) -> list[StateTask]:
-    """A task per key bucket, each with the bucket's data files and the delete files that apply to them."""
+def _apply_tasks(
+    handle: Table, table: str, io: dict[str, str], paths: list[str], window: WindowRow, memory: int | None = None
+) -> list[StateTask]:
+    """A task per key bucket, each with the bucket's data files and the delete files that apply to them (and at most
+    `memory` bytes to do it in, when bounded)."""
     from spanner_cdc.lake.state_table import BUCKETS
     from spanner_cdc.spark.state_job import Candidate, StateTask
 
@@ -183,7 +222,8 @@ def _apply_tasks(handle: Table, table: str, io: dict[str, str], paths: list[str]
             )
     buckets: list[int | None] = list(range(BUCKETS)) if bucketed else [None]
     return [
-        StateTask("apply", table, handle.metadata_location, io, paths, b, candidates.get(b, []), window.start, window.end)
+        StateTask("apply", table, handle.metadata_location, io, paths, b, candidates.get(b, []), window.start, window.end,
+                  memory)
         for b in buckets
     ]  # fmt: skip
 
@@ -231,7 +271,7 @@ def _step(
         existing: list[Column] = state_columns(handle) if handle is not None else []
         if table_facts:
             handle = ensure_state_table(catalog, layout, table, target_columns(table_facts, existing))
-            tasks += _apply_tasks(handle, table, io, sorted(changes.get(table, [])), window)
+            tasks += _apply_tasks(handle, table, io, sorted(changes.get(table, [])), window, settings.state_task_memory)
         if handle is not None:
             handles[table] = handle
     files = run_state_job(spark_session(settings), tasks) if tasks else []
@@ -240,7 +280,18 @@ def _step(
     summary = StateSummary(window.end, window.start, completeness=(marker or {}).get("completeness"))
     properties = window_properties(window.start, window.end, summary.completeness)
     for table, handle in handles.items():
-        snapshot_id = _commit(handle, [f for f in files if f[0] == table], properties)
+        table_files = [f for f in files if f[0] == table]
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                snapshot_id = _commit(handle, table_files, properties)
+                break
+            except StateConflict as exc:
+                if attempt == COMMIT_ATTEMPTS:
+                    raise
+                log.warning("%s: applying the window to the new snapshot", exc)  # the files written are orphans
+                handle.refresh()
+                again = _apply_tasks(handle, table, io, sorted(changes.get(table, [])), window, settings.state_task_memory)
+                table_files = run_state_job(spark_session(settings), again) if table in changes else []
         summary.snapshots[table], summary.tables[table] = snapshot_id, live_rows(handle, snapshot_id)
     return summary
 

@@ -41,6 +41,9 @@ DELETE_SCHEMA = pa.schema([
     pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(DELETE_POS_ID).encode()}),
 ])  # fmt: skip
 _NOT_BUCKETED = ("BOOL", "FLOAT64", "FLOAT32")  # Iceberg's bucket transform takes no boolean or float
+# pyiceberg retries a commit that lost a race by building its snapshot again on the new one: position deletes found in
+# the old snapshot's files (or a fold dropping every delete file) would then be wrong; the apply decides (extract's _commit)
+NO_COMMIT_RETRIES = {"commit.retry.num-retries": "0"}
 
 
 class StateTypeError(ExtractError):
@@ -147,7 +150,7 @@ def _create(catalog: Catalog, layout: LakeLayout, table: str, schema: Schema, co
 
     identifier = state_identifier(layout, table)
     properties = {SOURCE_TABLE: table, COLUMN_TYPES: _types_text(columns), "format-version": "2", "write.delete.mode": "merge-on-read",
-                  "write.update.mode": "merge-on-read"}  # fmt: skip
+                  "write.update.mode": "merge-on-read", **NO_COMMIT_RETRIES}  # fmt: skip
     with catalog.create_table_transaction(
         identifier, schema=schema, location=state_location(layout, table), properties=properties
     ) as tx:
@@ -176,7 +179,8 @@ def _evolve(handle: Table, table: str, schema: Schema, columns: Sequence[Column]
     added = [n for n in wanted if n not in current]
     dropped = [n for n in current if n not in wanted]
     types = _types_text(columns)
-    if not added and not dropped and handle.properties.get(COLUMN_TYPES) == types:
+    retries = all(handle.properties.get(k) == v for k, v in NO_COMMIT_RETRIES.items())
+    if not added and not dropped and handle.properties.get(COLUMN_TYPES) == types and retries:
         return handle
     with handle.transaction() as tx:  # the columns and their Spanner types change together
         if added or dropped:
@@ -185,7 +189,7 @@ def _evolve(handle: Table, table: str, schema: Schema, columns: Sequence[Column]
                     update.delete_column(name)
                 for name in added:
                     update.add_column(name, wanted[name].field_type)
-        tx.set_properties({COLUMN_TYPES: types})
+        tx.set_properties({COLUMN_TYPES: types, **NO_COMMIT_RETRIES})  # the second: tables made before it
     log.info("current-state table %s: columns added %s, dropped %s", handle.name(), added, dropped)
     return handle
 

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 
 STATE_SOURCE = "spanner_current_state"
 STATE_DDL = "`table` STRING, `kind` STRING, `entry` STRING"  # kind: data or deletes; entry: the DataFile, pickled
+ROW_GROUP_BYTES = 4 << 20  # in-memory (Arrow) bytes of a row group of a state table's data file
+BATCH_ROWS = 65_536  # rows of a change file read at a time
+READ_BUFFER = 1 << 20  # bytes of a column chunk read at a time (0: the whole chunk at once)
+# The tasks read Parquet without Arrow's thread pools (use_threads=False, pre_buffer=False): under a memory bound a
+# pool thread that cannot get its stack leaves the read waiting for it forever, where an allocation fails cleanly.
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class StateTask:
     candidates: list[Candidate] = field(default_factory=list)
     start: datetime | None = None
     end: datetime | None = None
+    memory: int | None = None  # bytes the task may allocate beyond its worker's at its start (None: no bound)
 
 
 def _read(location: str, columns: list[str] | None = None) -> pa.Table:
@@ -89,16 +95,27 @@ def _partition(handle: StaticTable, column: str | None, bucket: int | None) -> A
 
 
 def _write_rows(handle: StaticTable, rows: list[dict[str, Any]], partition_key: Any) -> DataFile:
-    from pyiceberg.io.pyarrow import schema_to_pyarrow, write_file
-    from pyiceberg.table import WriteTask
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     schema = handle.schema()
     arrow = schema_to_pyarrow(schema, include_field_ids=False)
     keys = [schema.find_field(i).name for i in schema.identifier_field_ids]
     rows.sort(key=lambda r: tuple((r[k] is not None, r[k]) for k in keys))  # key order, as the table's sort order says
-    data = pa.Table.from_pylist([{name: r.get(name) for name in arrow.names} for r in rows], schema=arrow)
-    task = WriteTask(uuid.uuid4(), 0, schema, data.to_batches(), partition_key=partition_key)
-    return next(iter(write_file(handle.io, handle.metadata, iter([task]))))
+    return write_data(handle, pa.Table.from_pylist([{name: r.get(name) for name in arrow.names} for r in rows], schema=arrow), partition_key)
+
+
+def write_data(handle: Any, data: pa.Table, partition_key: Any) -> DataFile:
+    """One data file of the table's rows `data` (in key order), in row groups of about ROW_GROUP_BYTES each: a task
+    that needs a few rows' other columns reads their row groups only, so its memory does not follow the file's size."""
+    from pyiceberg.io.pyarrow import write_file
+    from pyiceberg.table import TableProperties, WriteTask
+
+    rows = max(1, min(TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT, ROW_GROUP_BYTES * data.num_rows // max(data.nbytes, 1)))
+    metadata = handle.metadata.model_copy(
+        update={"properties": {**handle.metadata.properties, TableProperties.PARQUET_ROW_GROUP_LIMIT: str(rows)}}
+    )
+    task = WriteTask(uuid.uuid4(), 0, handle.schema(), data.to_batches(), partition_key=partition_key)
+    return next(iter(write_file(handle.io, metadata, iter([task]))))
 
 
 def _entry(table: str, kind: str, data_file: DataFile) -> dict[str, str]:
@@ -121,16 +138,19 @@ def seed(task: StateTask) -> list[dict[str, str]]:
 def _window_changes(task: StateTask) -> list[dict[str, Any]]:
     assert task.start is not None and task.end is not None
     bounds = pa.scalar(task.start, TIMESTAMP), pa.scalar(task.end, TIMESTAMP)
+    import pyarrow.parquet as pq
+
     rows: list[dict[str, Any]] = []
     for path in task.inputs:
-        data = _read(path, list(CHANGE_COLUMNS))
-        stamp = data.column("commit_timestamp")
-        # a file of a token that fell behind may hold other windows' commits: only this window's, of this table
-        keep = pc.and_(
-            pc.equal(data.column("object"), task.table),
-            pc.and_(pc.greater_equal(stamp, bounds[0]), pc.less(stamp, bounds[1])),
-        )
-        rows += data.filter(keep).to_pylist()
+        with pq.ParquetFile(storage.bare(path), filesystem=storage.filesystem(path)) as parquet:
+            for batch in parquet.iter_batches(columns=list(CHANGE_COLUMNS), batch_size=BATCH_ROWS, use_threads=False):
+                stamp = batch.column("commit_timestamp")
+                # a file of a token that fell behind may hold other windows' commits: only this window's, of this table
+                keep = pc.and_(
+                    pc.equal(batch.column("object"), task.table),
+                    pc.and_(pc.greater_equal(stamp, bounds[0]), pc.less(stamp, bounds[1])),
+                )
+                rows += batch.filter(keep).to_pylist()
     return rows
 
 
@@ -143,7 +163,7 @@ def _deleted_positions(handle: StaticTable, candidate: Candidate, cache: dict[st
         data = cache.get(path) if cache is not None else None
         if data is None:
             with handle.io.new_input(path).open() as stream:
-                data = pq.read_table(stream)
+                data = pq.read_table(stream, use_threads=False, pre_buffer=False)
             if cache is not None:
                 cache[path] = data
         out.update(data.filter(pc.equal(data.column("file_path"), candidate.path)).column("pos").to_pylist())
@@ -172,23 +192,27 @@ def apply(task: StateTask) -> list[dict[str, str]]:
     cache: dict[str, pa.Table] = {}  # a window's delete file names many of the bucket's data files
     for candidate in task.candidates:
         with handle.io.new_input(candidate.path).open() as stream:
-            parquet = pq.ParquetFile(stream)
-            key_columns = parquet.read(columns=keys)
-            hits = pc.indices_nonzero(
-                pc.is_in(key_columns.column(keys[0]), firsts.cast(key_columns.schema.field(keys[0]).type))
-            ).to_pylist()
-            deleted = _deleted_positions(handle, candidate, cache) if hits else set()
-            found = [
-                (pos, key_text({k: key_columns.column(k)[pos].as_py() for k in keys}))
-                for pos in hits
-                if pos not in deleted
-            ]
-            found = [(pos, text) for pos, text in found if text in changes]
-            partial = [(pos, text) for pos, text in found if not changes[text].whole and changes[text].row is not None]
-            if partial:  # NEW_VALUES / OLD_AND_NEW_VALUES: the row's other columns, as it was
-                whole = parquet.read().take([pos for pos, _ in partial]).to_pylist()
-                bases.update({text: row for (_, text), row in zip(partial, whole, strict=True)})
-        positions += [(candidate.path, pos) for pos, _ in found]
+            parquet = pq.ParquetFile(stream, pre_buffer=False, buffer_size=READ_BUFFER)
+            offset, deleted = 0, None
+            for group in range(parquet.metadata.num_row_groups):  # a row group's key columns at a time
+                key_columns = parquet.read_row_group(group, columns=keys, use_threads=False)
+                hits = pc.indices_nonzero(
+                    pc.is_in(key_columns.column(keys[0]), firsts.cast(key_columns.schema.field(keys[0]).type))
+                ).to_pylist()
+                if hits and deleted is None:
+                    deleted = _deleted_positions(handle, candidate, cache)
+                found = [
+                    (pos, key_text({k: key_columns.column(k)[pos].as_py() for k in keys}))
+                    for pos in hits
+                    if offset + pos not in (deleted or ())
+                ]
+                found = [(pos, text) for pos, text in found if text in changes]
+                partial = [(pos, text) for pos, text in found if not changes[text].whole and changes[text].row is not None]
+                if partial:  # NEW_VALUES / OLD_AND_NEW_VALUES: the row's other columns, as it was (this row group's only)
+                    whole = parquet.read_row_group(group, use_threads=False).take([pos for pos, _ in partial]).to_pylist()
+                    bases.update({text: row for (_, text), row in zip(partial, whole, strict=True)})
+                positions += [(candidate.path, offset + pos) for pos, _ in found]
+                offset += key_columns.num_rows
     rows = [row for text, change in changes.items() if (row := _resolved(change, bases.get(text))) is not None]
     partition = _partition(handle, column, task.bucket)
     out = [_entry(task.table, "data", _write_rows(handle, rows, partition))] if rows else []
@@ -240,7 +264,7 @@ def compact(task: StateTask) -> list[dict[str, str]]:
     cache: dict[str, pa.Table] = {}
     for candidate in task.candidates:
         with handle.io.new_input(candidate.path).open() as stream:
-            data = pq.read_table(stream)
+            data = pq.read_table(stream, use_threads=False, pre_buffer=False)
         deleted = _deleted_positions(handle, candidate, cache)
         if deleted:
             data = data.filter(pa.array([i not in deleted for i in range(data.num_rows)]))
@@ -266,7 +290,40 @@ def _tasks(options: Mapping[str, str]) -> list[StateTask]:
 
 
 def run_task(task: StateTask) -> list[dict[str, str]]:
-    return {"seed": seed, "apply": apply, "compact": compact}[task.kind](task)
+    """The task's written files' entries; with a memory bound, from a process of its own bounded to it (task_memory)."""
+    if task.memory is None:
+        return _RUN[task.kind](task)
+    from spanner_cdc.spark.task_memory import run_bounded
+
+    bucket = "" if task.bucket is None else f", bucket {task.bucket}"
+    what = f"the current-state {task.kind} task of table {task.table}{bucket}"
+    return list(json.loads(run_bounded(__name__, _payload([task]), task.memory, what)))
+
+
+_RUN = {"seed": seed, "apply": apply, "compact": compact}
+
+
+def _bounded_main() -> int:
+    """`python -m spanner_cdc.spark.state_job`: one task (a payload of one, on stdin) in this process, its memory
+    bounded once the modules the task uses are imported; its entries as JSON on stdout."""
+    import sys
+
+    import pyarrow.parquet  # noqa: F401 (imported before the bound: modules are the process's, not the task's)
+    import pyiceberg.io.pyarrow  # noqa: F401
+    import pyiceberg.table  # noqa: F401
+
+    from spanner_cdc.spark.task_memory import MEMORY_EXIT, limit_this_process
+
+    (task,) = _tasks({"tasks": sys.stdin.read()})
+    assert task.memory is not None
+    limit_this_process(task.memory)
+    try:
+        rows = _RUN[task.kind](task)
+    except MemoryError as exc:  # pyarrow's ArrowMemoryError is one too
+        print(f"MemoryError: {exc}", file=sys.stderr)
+        return MEMORY_EXIT
+    json.dump(rows, sys.stdout)
+    return 0
 
 
 class StateReader(DataSourceReader):
@@ -313,3 +370,7 @@ def run_state_job(spark: SparkSession, tasks: list[StateTask]) -> list[tuple[str
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
         raise ExtractError(f"the current-state job failed in Spark: {text}") from exc
     return [(row["table"], row["kind"], decode_entry(row["entry"])) for row in rows]
+
+
+if __name__ == "__main__":
+    raise SystemExit(_bounded_main())

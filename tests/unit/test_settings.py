@@ -204,6 +204,7 @@ TUNING = [
     ("liveness", "lock", "lease", "lease", ("heartbeat",), "one of lock, lease"),
     ("lease_s", 300.0, "2.5", 2.5, ("soon", "0.5", "true"), "a number of seconds >= 1"),
     ("current_state_keep", 24, "3", 3, ("0", "x"), "an integer in [1, 10000]"),
+    ("state_task_memory", None, "64MB", 64 << 20, ("0", "lots", "17GB"), "a size in bytes from 1KB to 16GB"),
 ]
 
 
