@@ -20,6 +20,9 @@ FAILPOINTS = {
     "snapshot_after_commit": "a snapshot table's files are recorded; the snapshot marker is not written",
     "snapshot_after_marker": "the snapshot marker is written; the snapshot is not marked complete",
     "state_before_commit": "a window's (or the seed's) files of a current-state table are written; its snapshot is not committed yet",
+    "compaction_after_replace": "lake maintain: a table's compacted files are committed to Iceberg (a replace snapshot); the window's marker and manifest still list the originals",
+    "expiry_after_commit": "lake maintain: old snapshots are expired; no orphan is removed yet",
+    "orphan_after_remove": "lake maintain: one file no one lists is removed; the others are not yet",
 }
 _hits: dict[str, int] = {}
 _lock = threading.Lock()
