@@ -44,6 +44,7 @@ class Checkpoint:
     extract_s: float = 0.0  # median over the windows since the previous checkpoint
     ui_page_s: float = 0.0
     metrics_s: float = 0.0
+    maintain_s: float = 0.0  # the last `lake maintain` run's
 
     @property
     def rows(self) -> int:
@@ -66,7 +67,8 @@ def maintenance_settings(settings: Settings, server_now: datetime, day_real_s: f
         settings, snapshot_retention=ahead + timedelta(seconds=day_real_s), orphan_min_age=ahead + timedelta(seconds=day_real_s / 24)
     )  # fmt: skip
     if any(f.name == "lineage_retention" for f in dataclasses.fields(Settings)):  # the store's retention, where it exists
-        settings = dataclasses.replace(settings, **{"lineage_retention": LINEAGE_RETENTION})
+        retention: dict[str, Any] = {"lineage_retention": LINEAGE_RETENTION}
+        settings = dataclasses.replace(settings, **retention)
     return settings
 
 
@@ -91,13 +93,14 @@ class Clock:
         assert parse_rfc3339(self.server.control.set_clock_rate(1.0)["now"]) > when
 
 
-def lake_files(settings: Settings) -> list[int]:
+def lake_files(settings: Settings) -> dict[str, int]:
+    """The lake's data files (under table_name=*/) and their sizes."""
     from spanner_cdc.extract.window import layout_of
     from spanner_cdc.lake import storage
     from spanner_cdc.lake.layout import TABLE_KEY, published_locations
 
     location = layout_of(settings).location
-    return [storage.size_of(p) for p in published_locations(location) if f"/{TABLE_KEY}=" in p[len(location) :]]
+    return {p: storage.size_of(p) for p in published_locations(location) if f"/{TABLE_KEY}=" in p[len(location) :]}
 
 
 def iceberg_figures(settings: Settings) -> tuple[int, int]:
@@ -244,6 +247,7 @@ def long_run(args: argparse.Namespace, tmp: Path, url: str) -> tuple[list[Checkp
                     point.plan_claim_s = statistics.median(plan_and_claim_s(settings, end, end + HOUR) for _ in range(3))
                     point.extract_s = statistics.median(extract_s)
                     point.ui_page_s, point.metrics_s = ui_seconds(url, STREAM, settings.namespace, clock.now())
+                    point.maintain_s = out["maintenance"][-1]["elapsed_s"] if out["maintenance"] else 0.0
                     extract_s = []
                     checkpoints.append(point)
                     print(f"  window {n}: {_row(point)}", flush=True)
@@ -254,9 +258,9 @@ def long_run(args: argparse.Namespace, tmp: Path, url: str) -> tuple[list[Checkp
     return checkpoints, out
 
 
-def files_per_window(partitions: int, tmp: Path, url: str) -> tuple[int, int, int]:
+def files_per_window(partitions: int, tmp: Path, url: str) -> tuple[int, int, int, int]:
     """One window of a stream with `partitions` fixed partitions (as bench_scale), extracted by `spanner-cdc extract`:
-    (tokens, data files landed, rows)."""
+    (tokens, data files landed, tables they hold, rows)."""
     from bench.extract_support import extract_with_memory, policy_args, window_after
     from spanner_cdc.source.client import stream_metadata
 
@@ -272,34 +276,37 @@ def files_per_window(partitions: int, tmp: Path, url: str) -> tuple[int, int, in
         summary, _ = extract_with_memory(settings, created, end, PYSPARK_SUBMIT_ARGS="--driver-memory 1g pyspark-shell")
     if not summary["complete"]:
         raise SystemExit(f"the {partitions}-partition window did not complete")
-    return summary["tokens"], len(lake_files(settings)), summary["records"]
+    files = lake_files(settings)
+    tables = {p.split("/table_name=", 1)[1].split("/", 1)[0] for p in files}
+    return summary["tokens"], len(files), len(tables), summary["records"]
 
 
 def _row(p: Checkpoint) -> str:
     return (f"{p.data_files} files on disk, {p.listed_files} listed (median {p.median_file_bytes / 1024:.1f} KiB, {p.size_ratio:.2f}x of its range or the target), "
             f"Iceberg metadata {p.iceberg_metadata_bytes / 1024:.0f} KiB in {p.snapshots} snapshots, store rows {p.rows:,}, "
             f"plan+claim {p.plan_claim_s:.3f} s, extract {p.extract_s:.2f} s/window, UI page {p.ui_page_s:.3f} s, "
-            f"/metrics {p.metrics_s:.3f} s")  # fmt: skip
+            f"/metrics {p.metrics_s:.3f} s, last lake maintain {p.maintain_s:.1f} s")  # fmt: skip
 
 
-def report(args: argparse.Namespace, points: list[Checkpoint], out: dict[str, Any], scale: tuple[int, int, int] | None) -> None:
+def report(args: argparse.Namespace, points: list[Checkpoint], out: dict[str, Any], scale: tuple[int, int, int, int] | None) -> None:
     print(f"\n{COMMAND}: {args.windows} hourly windows of a stream starting with {args.partitions} partitions, a split and a "
           f"merge every window; {args.transactions} transactions (3 rows each) a window; `lake maintain` every "
           f"{args.maintain_every} windows (target file size {args.target_file_size:,} B); {out['records']:,} rows landed")  # fmt: skip
     tables = sorted({t for p in points for t in p.store_rows})
     print(f"  {'window':>6} {'on disk':>7} {'listed':>6} {'median KiB':>10} {'size/range':>10} {'ice meta KiB':>12} {'snapshots':>9} "
-          f"{'store rows':>10} {'plan+claim s':>12} {'extract s':>9} {'UI page s':>9} {'metrics s':>9}")  # fmt: skip
+          f"{'store rows':>10} {'plan+claim s':>12} {'extract s':>9} {'UI page s':>9} {'metrics s':>9} {'maintain s':>10}")  # fmt: skip
     for p in points:
         print(f"  {p.window:>6} {p.data_files:>7} {p.listed_files:>6} {p.median_file_bytes / 1024:>10.1f} {p.size_ratio:>10.2f} "
               f"{p.iceberg_metadata_bytes / 1024:>12.0f} {p.snapshots:>9} {p.rows:>10,} {p.plan_claim_s:>12.3f} "
-              f"{p.extract_s:>9.2f} {p.ui_page_s:>9.3f} {p.metrics_s:>9.3f}")  # fmt: skip
+              f"{p.extract_s:>9.2f} {p.ui_page_s:>9.3f} {p.metrics_s:>9.3f} {p.maintain_s:>10.1f}")  # fmt: skip
     print("  store rows by table: " + "; ".join(f"{t} " + "/".join(str(p.store_rows.get(t, 0)) for p in points) for t in tables))
     for m in out["maintenance"]:
         print(f"    maintain: {m['windows_compacted']} window(s) compacted ({m['files_before']} -> {m['files_after']} files), "
               f"{m['snapshots_expired']} snapshot(s) expired, {len(m['orphans_removed'])} orphan(s) removed, {m['elapsed_s']:.1f} s")  # fmt: skip
     if scale is not None:
-        tokens, files, rows = scale
-        print(f"  one window of {tokens:,} partitions ({rows:,} rows) extracted by `spanner-cdc extract`: {files} data files")
+        tokens, files, held, rows = scale
+        print(f"  one window of {tokens:,} partitions ({rows:,} rows) extracted by `spanner-cdc extract`: {files} data files, "
+              f"{files / max(1, held):.0f} per table ({held} tables)")  # fmt: skip
         figures.report(f"long run: files per window at {tokens:,} partitions", files, FILES_TARGET, "files", higher_is_better=False)
     if not points:
         return
@@ -315,6 +322,10 @@ def report(args: argparse.Namespace, points: list[Checkpoint], out: dict[str, An
                        higher_is_better=False)  # fmt: skip
         figures.report(f"long run: Iceberg snapshots, window {last.window} / window {before.window}",
                        last.snapshots / max(1, before.snapshots), 1.1, "x", higher_is_better=False)  # fmt: skip
+        # not a target of the issue's list, but the same bound: the change log's metadata files (every metadata.json,
+        # manifest list and manifest written, as long as nothing deletes them)
+        figures.report(f"long run: Iceberg metadata bytes, window {last.window} / window {before.window}",
+                       last.iceberg_metadata_bytes / max(1, before.iceberg_metadata_bytes), 1.1, "x", higher_is_better=False)  # fmt: skip
     print(f"command: {COMMAND} --windows {args.windows} --partitions {args.partitions} --transactions {args.transactions} "
           f"--maintain-every {args.maintain_every} --scale-partitions {args.scale_partitions}")
 

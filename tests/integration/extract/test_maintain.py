@@ -167,7 +167,10 @@ def test_killing_maintenance_at_random_moments_and_inside_each_step_changes_noth
             return extract(landing, start, end, lease=None) == 0
 
     settings = extract_settings(database.database_id, STREAM, **changes)
-    _, windows = landed_windows(database, local_spanner, settings, monkeypatch, count=2, land=land)
+    began = time.monotonic()
+    # one window on the bucket (its extract is a process of its own), two on the local path
+    _, windows = landed_windows(database, local_spanner, settings, monkeypatch, count=2 if land is None else 1, land=land)
+    phases = {"land": time.monotonic() - began}
     lineage = store.get_lineage(STREAM, settings.namespace)
     expected = uuids_by_window(iceberg_rows(settings))
     assert sum(expected.values()) > 0
@@ -187,7 +190,7 @@ def test_killing_maintenance_at_random_moments_and_inside_each_step_changes_noth
                 reads.append((f"{name}: {type(exc).__name__}: {exc}", False))
                 continue
             reads.append((name, uuids_by_window(rows) == expected))
-            time.sleep(0.05)  # the readers leave the machine to the runs they watch
+            time.sleep(0.2)  # the readers leave the machine (and the S3 server) to the runs they watch
 
     threads = [
         threading.Thread(target=reader, args=("iceberg", lambda: iceberg_rows(settings))),
@@ -196,6 +199,7 @@ def test_killing_maintenance_at_random_moments_and_inside_each_step_changes_noth
     for thread in threads:
         thread.start()
     rng, kills, states = random.Random(f"29-{lake}"), 0, []
+    idle_s, scale = 0.0, 1.0  # timed below, before the first random kill
     location = layout_of(settings).location
     planted: list[str] = []
 
@@ -248,18 +252,23 @@ def test_killing_maintenance_at_random_moments_and_inside_each_step_changes_noth
     assert idle.returncode == 0, idle.stderr[-3000:]
     assert json.loads(idle.stdout)["windows_compacted"] == 0
     idle_s, scale = time.monotonic() - began, 1.0
+    phases["idle run"] = idle_s
     random_compaction_kills = 3 if lake == "local" else 1  # the bucket's runs are the slower: fewer, seeded the same
     try:
         # compaction: killed after a table's replace snapshot of the first window (Iceberg lists the new files, its
         # marker and the manifest the originals), twice (the second run commits the same replace again), then at
         # random moments
+        first = Counter(f.table_name for f in store.manifest(lineage.id, window_start=windows[0][0], window_end=windows[0][1]))
+        replaces = sum(1 for count in first.values() if count > 1)  # the first window's tables that compaction rewrites
+        assert replaces >= 1, first
         for _ in range(2):
-            kill_at("compaction_after_replace", rng.randint(1, 2), compacting)
+            kill_at("compaction_after_replace", rng.randint(1, replaces), compacting)
         for _ in range(random_compaction_kills):
             run_and_kill(0.7, 2.5, compacting)
         done = subprocess.run(command, env=compacting, capture_output=True, text=True, timeout=300)  # a re-run finishes it
         assert done.returncode == 0, done.stderr[-3000:]
         assert len(store.manifest(lineage.id)) == 2 * len(windows)  # compacted
+        phases["compaction"] = time.monotonic() - began - idle_s
         time.sleep(11)  # the replaced snapshots are past the retention now: the next run expires them
         originals = unlisted()
         kill_at("expiry_after_commit", 1)  # expired: no live snapshot holds the originals, none removed yet
@@ -274,6 +283,7 @@ def test_killing_maintenance_at_random_moments_and_inside_each_step_changes_noth
                 break
             plant(10)
             run_and_kill(0.5, 1.1)
+        phases["expiry and removal"] = time.monotonic() - began - idle_s - phases["compaction"]
         final = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
         assert final.returncode == 0, final.stderr[-3000:]
         time.sleep(0.5)
@@ -281,7 +291,8 @@ def test_killing_maintenance_at_random_moments_and_inside_each_step_changes_noth
         stop.set()
         for thread in threads:
             thread.join()
-    print(f"{lake}: kills at (where, manifest files, data files):", states, "reads:", Counter(name for name, _ in reads))
+    print(f"{lake}: kills at (where, manifest files, data files):", states, "reads:", Counter(name for name, _ in reads),
+          "seconds:", {k: round(v) for k, v in phases.items()})  # fmt: skip
     assert str(settings.output_root).startswith("s3://") == (lake == "s3")
     assert {name for name, _ in reads} >= {"iceberg", "markers"}
     assert kills >= 10, states
