@@ -21,6 +21,9 @@ FAILPOINTS = {
     "snapshot_after_marker": "the snapshot marker is written; the snapshot is not marked complete",
     "retention_before_fold": "lake maintain's store retention is about to fold one more closed window (earlier ones are folded)",
     "state_before_commit": "a window's (or the seed's) files of a current-state table are written; its snapshot is not committed yet",
+    "compaction_after_replace": "lake maintain: a table's compacted files are committed to Iceberg (a replace snapshot); the window's marker and manifest still list the originals",
+    "expiry_after_commit": "lake maintain: old snapshots are expired; no orphan is removed yet",
+    "orphan_after_remove": "lake maintain: one file no one lists is removed; the others are not yet",
 }
 _hits: dict[str, int] = {}
 _lock = threading.Lock()

@@ -78,6 +78,7 @@ def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSumm
                     if window.state == "COMPLETE" and window.marker_path:
                         _compact_window(settings, store, lineage.id, layout, table, window, summary)
                 summary.snapshots_expired = iceberg.expire_snapshots(table, now - settings.snapshot_retention)
+                failpoint("expiry_after_commit")
             summary.orphans_removed = remove_orphans(store, lineage.id, layout, table, now - settings.orphan_min_age)
             fold_old_windows(store, lineage.id, now - settings.lineage_retention, summary,
                              keep_after=lambda: _applied_through(settings))  # fmt: skip
@@ -117,6 +118,7 @@ def _compact_window(
         new = rewrite(layout, lineage_id, name, window.start, old, target)
         iceberg.commit_compaction(table, window_start=window.start, window_end=window.end, table_name=name,
                                   old=[f.path for f in old], new=new)  # fmt: skip
+        failpoint("compaction_after_replace")
         swaps.append((old, new))
     if not swaps:
         return
@@ -226,6 +228,7 @@ def remove_orphans(store: MetadataStore, lineage_id: int, layout: LakeLayout, ta
         except FileNotFoundError:
             continue
         removed += storage.remove([path])
+        failpoint("orphan_after_remove")
     if removed:
         log.warning("%s: removed %d file(s) no manifest, snapshot or marker lists: %s", layout.stream, len(removed), removed[:5])
     return removed
