@@ -27,7 +27,7 @@ FILES_TARGET = 64  # files a window lands at 1,000 partitions (issue 29; ~1,723 
 SIZE_TARGET = 0.5  # after maintenance: median file size >= half the target size or the whole of its range's data
 TIME_TARGET = 1.5  # every time at the last checkpoint within 1.5x of the same time at the first
 FAST = 36_000.0  # server seconds per real second while the clock jumps to a window's end (an hour in 0.1 s)
-LINEAGE_RETENTION = timedelta(days=2)  # short, so the store's rows flatten within the run
+LINEAGE_DAYS = 2  # simulated days of windows the store keeps whole: short, so its rows flatten within the run
 
 
 @dataclass
@@ -61,15 +61,15 @@ def maintenance_settings(settings: Settings, server_now: datetime, day_real_s: f
     """The settings of a scheduled `lake maintain`: snapshot expiry and orphan ages are measured against real
     timestamps (Iceberg's commit times, file mtimes) while the bench passes the server's accelerated time as `now`,
     so each is widened by how far server time runs ahead of real time: the snapshots of the last simulated day
-    stay (a day = `day_real_s` real seconds here) and an unlisted file is removed once older than a simulated hour."""
+    stay (a day = `day_real_s` real seconds here), an unlisted file is removed once older than a simulated hour, and
+    the store keeps the windows closed in the last LINEAGE_DAYS simulated days (their `closed_at` is real time too)."""
     ahead = server_now - datetime.now(UTC)
-    settings = dataclasses.replace(
-        settings, snapshot_retention=ahead + timedelta(seconds=day_real_s), orphan_min_age=ahead + timedelta(seconds=day_real_s / 24)
-    )  # fmt: skip
-    if any(f.name == "lineage_retention" for f in dataclasses.fields(Settings)):  # the store's retention, where it exists
-        retention: dict[str, Any] = {"lineage_retention": LINEAGE_RETENTION}
-        settings = dataclasses.replace(settings, **retention)
-    return settings
+    return dataclasses.replace(
+        settings,
+        snapshot_retention=ahead + timedelta(seconds=day_real_s),
+        orphan_min_age=ahead + timedelta(seconds=day_real_s / 24),
+        lineage_retention=ahead + timedelta(seconds=LINEAGE_DAYS * day_real_s),  # closed_at is the store's real clock
+    )
 
 
 class Clock:
