@@ -26,9 +26,9 @@ def content_digest(specs: Sequence[TokenJobSpec]) -> str:
 
 # A token's rows stay in memory up to this many bytes (Arrow's measure), and go to disk past it: a small token (the
 # usual case, a few rows) then costs no file of its own. Writing, reading back and removing a file and its directory
-# took ~6 ms of a small token's ~8 ms in a task on this machine's disk (its metadata writes, not its bytes); a task
-# holds at most `task_tokens` spools, so at most 16 x 2 MiB in memory by default.
-SPOOL_MEMORY_BYTES = 2 << 20
+# took ~6 ms of a small token's ~8-16 ms in a task on this machine's disk (its metadata writes, not its bytes); a task
+# holds at most `task_tokens` spools, so at most 64 x 1 MiB in memory by default.
+SPOOL_MEMORY_BYTES = 1 << 20
 
 
 class TokenSpool:
