@@ -204,14 +204,17 @@ class TreeMemory:
 
 
 def extract_with_memory(
-    settings: Settings, start: datetime, end: datetime, *, log_path: Path | None = None, **env: str
+    settings: Settings, start: datetime, end: datetime, *, log_path: Path | None = None, cwd: Path | None = None, **env: str
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """`spanner-cdc extract --json` in a subprocess (its own Spark driver) with its process tree's peak memory; its log
     (stderr) is kept at `log_path` if given. The peaks also hold "tree cpu s": the CPU of the process and its descendants
-    (its JVM, the JVM's Python workers) as last sampled, every 0.1 s."""
+    (its JVM, the JVM's Python workers) as last sampled, every 0.1 s. `cwd`: run it there (another tree's code, with its
+    PYTHONPATH in `env`: `python -m` puts the working directory first on the path)."""
     command = [sys.executable, "-m", "spanner_cdc", "extract", "--window-start", start.isoformat(),
                "--window-end", end.isoformat(), "--json"]  # fmt: skip
-    process = subprocess.Popen(command, env=subprocess_env(settings, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, env=subprocess_env(settings, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd
+    )
     with TreeMemory(process.pid) as memory:
         out, err = process.communicate(timeout=3600)
     if log_path is not None:
