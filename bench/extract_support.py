@@ -152,6 +152,7 @@ class TreeMemory:
     pid: int
     interval: float = 0.1
     peaks: dict[str, int] = field(default_factory=dict)
+    cpu: dict[int, float] = field(default_factory=dict)  # each process's CPU seconds when last seen
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def _role(self, proc: Any) -> str:
@@ -177,8 +178,10 @@ class TreeMemory:
             try:
                 role = self._role(proc)
                 rss = proc.memory_info().rss
+                times = proc.cpu_times()
             except psutil.Error:
                 continue
+            self.cpu[proc.pid] = times.user + times.system
             totals[role] = totals.get(role, 0) + rss
             key = f"max one {role}"
             self.peaks[key] = max(self.peaks.get(key, 0), rss)
@@ -200,16 +203,25 @@ class TreeMemory:
         self._thread.join()
 
 
-def extract_with_memory(settings: Settings, start: datetime, end: datetime, **env: str) -> tuple[dict[str, Any], dict[str, int]]:
-    """`spanner-cdc extract --json` in a subprocess (its own Spark driver) with its process tree's peak memory."""
+def extract_with_memory(
+    settings: Settings, start: datetime, end: datetime, *, log_path: Path | None = None, cwd: Path | None = None, **env: str
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """`spanner-cdc extract --json` in a subprocess (its own Spark driver) with its process tree's peak memory; its log
+    (stderr) is kept at `log_path` if given. The peaks also hold "tree cpu s": the CPU of the process and its descendants
+    (its JVM, the JVM's Python workers) as last sampled, every 0.1 s. `cwd`: run it there (another tree's code, with its
+    PYTHONPATH in `env`: `python -m` puts the working directory first on the path)."""
     command = [sys.executable, "-m", "spanner_cdc", "extract", "--window-start", start.isoformat(),
                "--window-end", end.isoformat(), "--json"]  # fmt: skip
-    process = subprocess.Popen(command, env=subprocess_env(settings, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, env=subprocess_env(settings, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd
+    )
     with TreeMemory(process.pid) as memory:
         out, err = process.communicate(timeout=3600)
+    if log_path is not None:
+        log_path.write_text(err)
     if process.returncode != 0:
         raise SystemExit(f"extract failed:\n{err[-3000:]}")
-    return json.loads(out), memory.peaks
+    return json.loads(out), {**memory.peaks, "tree cpu s": sum(memory.cpu.values())}
 
 
 def window_after(last_commit: datetime) -> datetime:

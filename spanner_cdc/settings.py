@@ -161,7 +161,7 @@ class Settings:
         default=256, metadata=_meta(int_between(1, 10_000), "most tokens in one Spark job (and store commit) of a wave; 1: a job per token")
     )
     task_tokens: int = field(
-        default=16, metadata=_meta(int_between(1, 1000), "tokens one task of a wave job lands; 1: a task per token")
+        default=64, metadata=_meta(int_between(1, 1000), "tokens one task of a wave job lands; 1: a task per token")
     )
     task_threads: int = field(
         default=4, metadata=_meta(int_between(1, 64), "how many of a task's tokens it lands at once; 1: one after another")

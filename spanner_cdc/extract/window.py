@@ -99,12 +99,16 @@ class WindowSummary:
     extracted_tokens: int = 0
     # the window's completeness record (`lake/completeness.py`), once complete: as its marker and snapshot carry it
     completeness: dict[str, Any] | None = None
+    # where this run's time went, in seconds: plan (bootstrap included), claim (the store's, every wave), waves (their
+    # Spark jobs and commits, claims included), close (check, marker, lake commit)
+    phases: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["window_start"] = self.window_start.isoformat()
         data["window_end"] = self.window_end.isoformat()
         data["elapsed_s"] = round(self.elapsed_s, 3)
+        data["phases"] = {name: round(seconds, 3) for name, seconds in self.phases.items()}
         return data
 
 
@@ -264,6 +268,7 @@ def extract_tokens(
     owner: str | None = None,
     progress: ProgressCallback | None = None,
     source: RunSource | None = None,
+    phases: dict[str, float] | None = None,
 ) -> list[TokenResult]:
     """Claim exactly these tokens, run their Spark jobs (at most settings.concurrency at once), publish, commit.
 
@@ -271,6 +276,7 @@ def extract_tokens(
     transaction per group (`extract/wave.py`). `source` is the run's database (opened here without one).
 
     Tokens that cannot be claimed (finished, read to the window end, or leased by a live worker) are skipped.
+    `phases["claim_s"]`, when given, adds the time the claim took.
     """
     from spanner_cdc.spark.session import spark_session
 
@@ -284,10 +290,15 @@ def extract_tokens(
     dialect, partition_mode = source.dialect, source.partition_mode(stream)
     spark = spark_session(settings)
     with _store(settings) as store:
+        claiming = time.monotonic()
         lineage = store.get_lineage(stream, settings.namespace)
         claims = store.claim(
             lineage.id, window_end=end, owner=owner or _owner(), lease=lease, tokens=list(tokens), liveness=liveness
         )
+        claimed_s = time.monotonic() - claiming
+        if phases is not None:
+            phases["claim_s"] = phases.get("claim_s", 0.0) + claimed_s
+        log.info("%s: claimed %d of %d token(s) in %.2fs", stream, len(claims), len(tokens), claimed_s)
         skipped = sorted(set(tokens) - {c.token for c in claims})
         if skipped:
             log.info("%s: %d token(s) not claimable (done, or leased by another worker): %s", stream, len(skipped), ", ".join(short_token(t) for t in skipped))
@@ -500,8 +511,12 @@ def run_window(
     _window(window_start, window_end)  # a bad window stops the run before the database is asked anything (settings were checked as loaded)
     start_in_background(settings)  # a driver's JVM starts while the window is planned
     source = source or RunSource(settings)
+    planning = time.monotonic()
     plan = plan_window(settings, window_start, window_end, read_method=read_method, source=source)
+    phases = {"plan_s": time.monotonic() - planning, "claim_s": 0.0}
+    log.info("%s: window planned in %.2fs: %d token(s) ready", settings.stream, phases["plan_s"], len(plan.ready))
     start, end = plan.window_start, plan.window_end
+    extracting = time.monotonic()
     tasks, waves, extracted, records = plan.ready, 0, 0, 0
     owner = _owner()
     while waves < max_waves:
@@ -520,7 +535,7 @@ def run_window(
 
         results = extract_tokens(
             settings, start, end, [t.token for t in tasks], read_method=read_method, owner=owner, progress=wave_progress,
-            source=source,
+            source=source, phases=phases,
         )  # fmt: skip
         extracted += len(results)
         records += sum(r.records for r in results)
@@ -530,7 +545,9 @@ def run_window(
             tasks = []
             continue
         tasks = ready_tasks(settings, start, end)
+    phases["waves_s"] = time.monotonic() - extracting
     summary = close_window(settings, start, end)
+    summary.phases = {**phases, "close_s": summary.elapsed_s}  # close_window's own time
     summary.waves, summary.extracted_tokens = waves, extracted
     summary.elapsed_s = time.monotonic() - started
     return summary

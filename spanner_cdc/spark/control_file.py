@@ -54,7 +54,7 @@ class ControlSummary:
     ended: PartitionEndRecord | None = None
     tables: dict[str, int] = field(default_factory=dict)
     resumes: int = 0
-    elapsed_s: float = 0.0  # the executor's wall and CPU time for the read (and the landing)
+    elapsed_s: float = 0.0  # the executor's wall time for the read (and the landing), and its reading thread's CPU
     cpu_s: float = 0.0
     error_type: str | None = None
     error_message: str | None = None

@@ -23,7 +23,7 @@ from spanner_cdc.lake.layout import task_file_stem, task_object_name, token_dige
 from spanner_cdc.model.records import ChangeRecord, DataChangeRecord
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
-from spanner_cdc.spark.task_files import TaskFile, TaskFiles, TokenSpool, content_digest
+from spanner_cdc.spark.task_files import StreamedFiles, TaskFile, TaskFiles, TokenSpool, content_digest
 
 FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64())])
 # a wave job's rows: each file named by its token, and a row per token (no file) carrying its control summary
@@ -101,12 +101,16 @@ def _read(spec: TokenJobSpec, summary: ControlSummary) -> Iterator[pa.RecordBatc
 
 
 class _Clock:
+    """A token's wall time and the CPU of the thread that reads it: a task's tokens read side by side in threads of one
+    worker, so the process's CPU would count the others' too, and asking for it costs ~0.1-1 ms in a busy worker (the
+    kernel sums every thread's), a thread's ~1 µs."""
+
     def __init__(self) -> None:
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        self.wall, self.cpu = time.perf_counter(), time.thread_time()
 
     def stamp(self, summary: ControlSummary) -> None:
         summary.elapsed_s = time.perf_counter() - self.wall
-        summary.cpu_s = time.process_time() - self.cpu
+        summary.cpu_s = time.thread_time() - self.cpu
 
 
 def _failed(spec: TokenJobSpec, summary: ControlSummary, exc: BaseException) -> None:
@@ -251,22 +255,51 @@ def land_wave_tokens(specs: list[TokenJobSpec], threads: int) -> Iterator[pa.Rec
     in the tokens' order. A small token mostly waits (its query's first rows), and gRPC releases the GIL: tokens read
     side by side overlap those waits. The task ends only when no token of it is still reading, whatever ends it.
     """
+    if len(specs) == 1:  # a task of one token (a big partition's, say): no spool, its files written as it reads
+        yield from _land_alone(specs[0])
+        return
     directory = Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex
     try:
         spooled = _spool_all(specs, threads, directory)
         landed = [(spec, spool) for spec, (_, spool) in zip(specs, spooled, strict=True) if spool is not None]
-        for file in _write_files(landed, directory / "files") if landed else []:
-            tokens = [token for token, _ in file.rows_by_token]
-            yield pa.RecordBatch.from_pydict(
-                {"table": [file.table] * len(tokens), "path": [file.path] * len(tokens),
-                 "rows": [rows for _, rows in file.rows_by_token], "bytes": [file.bytes] * len(tokens),
-                 "token": tokens, "control": [None] * len(tokens)},
-                schema=WAVE_SCHEMA,
-            )  # fmt: skip
+        yield from _file_rows(_write_files(landed, directory / "files") if landed else [])
         for summary, _ in spooled:
             yield _summary_row(summary)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _land_alone(spec: TokenJobSpec) -> Iterator[pa.RecordBatch]:
+    """land_wave_tokens of a task of one token: its rows written into the task's files while it reads (Parquet's encoding
+    in a thread of the worker, beside the reading), published once it has read its whole range; the same rows as the
+    listing and summary a spooled token gives, and the same files. A token that fails publishes nothing."""
+    summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
+    files = StreamedFiles(_destination([spec]), Path(tempfile.gettempdir()) / "spanner-cdc" / uuid.uuid4().hex, spec.file_bytes,
+                          _process_pool("encode", 1))  # fmt: skip
+    try:
+        for batch in _read(spec, summary):
+            files.write(spec.token, batch)
+        clock.stamp(summary)
+        published = files.publish()
+    except Exception as exc:  # noqa: BLE001 - reported in the token's summary row, as a spooled token's
+        log.warning("%s %s: token failed in its wave job: %s", spec.stream, spec.token, exc)
+        files.abort()
+        summary.fail(exc)
+        published = []
+    yield from _file_rows(published)
+    yield _summary_row(summary)
+
+
+def _file_rows(files: Iterable[TaskFile]) -> Iterator[pa.RecordBatch]:
+    """A row per file and token of it: the token's rows in that file, the file's bytes."""
+    for file in files:
+        tokens = [token for token, _ in file.rows_by_token]
+        yield pa.RecordBatch.from_pydict(
+            {"table": [file.table] * len(tokens), "path": [file.path] * len(tokens),
+             "rows": [rows for _, rows in file.rows_by_token], "bytes": [file.bytes] * len(tokens),
+             "token": tokens, "control": [None] * len(tokens)},
+            schema=WAVE_SCHEMA,
+        )  # fmt: skip
 
 
 def _spool_all(specs: list[TokenJobSpec], threads: int, directory: Path) -> list[tuple[ControlSummary, TokenSpool | None]]:
@@ -282,16 +315,22 @@ def _spool_all(specs: list[TokenJobSpec], threads: int, directory: Path) -> list
         wait(futures)
 
 
-def _write_files(landed: list[tuple[TokenJobSpec, TokenSpool]], scratch: Path) -> list[TaskFile]:
-    """The landed tokens' rows in one file per table (rolled past the size), named for what they hold."""
-    first = landed[0][0]
-    stem = first.file_stem or task_file_stem(first.lineage_id, [(s.token, s.read_from, s.read_to) for s, _ in landed])
-    content = content_digest([spec for spec, _ in landed])
+def _destination(landed: list[TokenJobSpec]) -> Callable[[str, int], str]:
+    """Where a task's file of a table goes: named for the tokens that landed in it and their ranges (`lake/layout.py`)."""
+    first = landed[0]
+    stem = first.file_stem or task_file_stem(first.lineage_id, [(s.token, s.read_from, s.read_to) for s in landed])
+    content = content_digest(landed)
 
     def destination(table: str, sequence: int) -> str:
         return task_object_name(first.lake_root, stem=stem, content=content, table=table, window_start=first.window_start, sequence=sequence)
 
-    files = TaskFiles(destination, scratch, first.file_bytes)
-    for table in sorted({table for _, spool in landed for table in spool.paths}):
-        files.write_table(table, [(spec.token, spool) for spec, spool in landed if table in spool.paths])
+    return destination
+
+
+def _write_files(landed: list[tuple[TokenJobSpec, TokenSpool]], scratch: Path) -> list[TaskFile]:
+    """The landed tokens' rows in one file per table (rolled past the size), named for what they hold."""
+    first = landed[0][0]
+    files = TaskFiles(_destination([spec for spec, _ in landed]), scratch, first.file_bytes)
+    for table in sorted({table for _, spool in landed for table in spool.tables}):
+        files.write_table(table, [(spec.token, spool) for spec, spool in landed if table in spool.rows])
     return files.published

@@ -235,7 +235,7 @@ def test_two_runs_of_one_window_at_once_agree(
         assert run.returncode == 0, err[-4000:]
         assert "Traceback" not in err, err[-4000:]
     first, second = (json.loads(out) for out, _ in outputs)
-    per_run = ("elapsed_s", "waves", "extracted_tokens")  # what each run did itself
+    per_run = ("elapsed_s", "waves", "extracted_tokens", "phases")  # what each run did itself
     assert {k: v for k, v in first.items() if k not in per_run} == {k: v for k, v in second.items() if k not in per_run}
     assert first["complete"] and first["marker_path"] and Path(first["marker_path"]).exists()
     assert first["extracted_tokens"] + second["extracted_tokens"] >= 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -18,9 +19,9 @@ from tests.unit.extract.test_token import LAST, spec
 from tests.unit.lake.records import T0, data_record
 
 
-def spooled(tmp_path: Path, token: str, count: int, offset: int) -> TokenSpool:
+def spooled(tmp_path: Path, token: str, count: int, offset: int, memory_bytes: int = task_files.SPOOL_MEMORY_BYTES) -> TokenSpool:
     records = [data_record(offset + i, tx=f"{token}{i}", table="Users" if i % 3 else "Orders", mods=2) for i in range(count)]
-    spool = TokenSpool(tmp_path / "spool" / token)
+    spool = TokenSpool(tmp_path / "spool" / token, memory_bytes)
     for batch in envelope_batches(spec(tmp_path, token=token), records, ControlSummary(token, T0, LAST)):
         spool.write(batch)
     spool.close()
@@ -94,3 +95,67 @@ def test_the_content_digest_names_the_tokens_and_ranges_landed(tmp_path: Path) -
     digests = {task_files.content_digest(s) for s in ([one], [two], [one, two], [later], [rolled])}
     assert len(digests) == 5
     assert task_files.content_digest([one, two]) == task_files.content_digest([spec(tmp_path, token="a"), two])
+
+
+@pytest.mark.parametrize("memory_bytes", [task_files.SPOOL_MEMORY_BYTES, 1])
+def test_a_small_spool_stays_in_memory_and_a_large_one_moves_to_disk_with_the_same_rows(tmp_path: Path, memory_bytes: int) -> None:
+    spool = spooled(tmp_path, "a", 30, 0, memory_bytes)
+    on_disk = sorted(p.name for p in (tmp_path / "spool").rglob("*") if p.is_file())
+    assert on_disk == ([] if memory_bytes > 1 else ["00000.arrows", "00001.arrows"])
+    assert sorted(spool.tables) == ["Orders", "Users"] and spool.rows == {"Users": 40, "Orders": 20}
+    held = TokenSpool(tmp_path / "held" / "a")
+    for batch in envelope_batches(spec(tmp_path, token="a"), [data_record(i, tx=f"a{i}", table="Users" if i % 3 else "Orders", mods=2)
+                                                             for i in range(30)], ControlSummary("a", T0, LAST)):
+        held.write(batch)
+    for table in spool.tables:  # the same rows whichever way they were kept (read timestamps aside)
+        rows = [r for b in spool.batches(table) for r in b.drop_columns(["read_timestamp"]).to_pylist()]
+        assert rows == [r for b in held.batches(table) for r in b.drop_columns(["read_timestamp"]).to_pylist()]
+        assert len(rows) == spool.rows[table]
+    spool.drop()
+    assert not (tmp_path / "spool" / "a").exists()
+
+
+def test_a_task_of_one_token_writes_the_same_files_while_it_reads_and_publishes_them_only_when_told(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    records = [data_record(i, tx=f"a{i}", table="Users" if i % 3 else "Orders", mods=2) for i in range(30)]
+    batches = list(envelope_batches(spec(tmp_path, token="a", max_rows=7), records, ControlSummary("a", T0, LAST)))
+    spool = TokenSpool(tmp_path / "spool" / "a")
+    for batch in batches:
+        spool.write(batch)
+
+    def destination(root: Path) -> Any:
+        return lambda table, sequence: task_object_name(str(root), stem="part-L1-tX", content="c", table=table, window_start=T0,
+                                                        sequence=sequence)  # fmt: skip
+
+    spooled = TaskFiles(destination(tmp_path / "one"), tmp_path / "scratch", max_bytes=4000)
+    for table in ("Orders", "Users"):
+        spooled.write_table(table, [("a", spool)])
+    with ThreadPoolExecutor(1) as encoder:
+        streamed = task_files.StreamedFiles(destination(tmp_path / "two"), tmp_path / "scratch", 4000, encoder)
+        for batch in batches:
+            streamed.write("a", batch)
+        assert published_locations(str(tmp_path / "two")) == []  # nothing before publish
+        published = streamed.publish()
+    assert len(published) > 2  # rolled
+    assert [(f.table, f.rows_by_token, Path(f.path).name) for f in published] == [
+        (f.table, f.rows_by_token, Path(f.path).name) for f in spooled.published
+    ]
+    for one, two in zip(spooled.published, published, strict=True):
+        assert pq.read_table(one.path).drop_columns(["read_timestamp"]) == pq.read_table(two.path).drop_columns(["read_timestamp"])
+
+
+def test_a_task_of_one_token_that_fails_leaves_no_file(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    records = [data_record(i, tx=f"a{i}", table="Users", mods=2) for i in range(30)]
+    root = tmp_path / "lake"
+    with ThreadPoolExecutor(1) as encoder:
+        streamed = task_files.StreamedFiles(
+            lambda table, sequence: task_object_name(str(root), stem="part-L1-tX", content="c", table=table, window_start=T0, sequence=sequence),
+            tmp_path / "scratch", 2000, encoder,
+        )  # fmt: skip
+        for batch in envelope_batches(spec(tmp_path, token="a", max_rows=7), records, ControlSummary("a", T0, LAST)):
+            streamed.write("a", batch)
+        streamed.abort()
+    assert [p for p in root.rglob("*") if p.is_file()] == []  # no file, no scratch beside their names
