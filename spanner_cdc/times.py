@@ -14,6 +14,8 @@ def utc(value: datetime, *, assume_utc: bool = False) -> datetime:
     """The one UTC coercion: an aware datetime as a plain `datetime` in UTC, to the microsecond. Subclasses (Airflow's
     pendulum datetimes, the Spanner client's datetimes with nanoseconds) become plain datetimes. A naive datetime is
     taken as UTC with `assume_utc`, else refused with ValueError (callers raise their own error, naming the field)."""
+    if value.tzinfo is UTC and type(value) is datetime:  # already one (what the store's sessions return): no conversion
+        return value
     if value.tzinfo is None or value.utcoffset() is None:
         if not assume_utc:
             raise ValueError(f"{value.isoformat()} has no time zone")

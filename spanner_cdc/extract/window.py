@@ -24,7 +24,7 @@ from spanner_cdc.lake.completeness import completeness_record
 from spanner_cdc.lake.iceberg import land_window
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
 from spanner_cdc.lake.markers import earlier_completeness, read_marker, write_marker
-from spanner_cdc.lineage.rules import inclusive_end, read_from
+from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import LIVE_READ_METHOD, READ_METHODS, short_token
 from spanner_cdc.times import utc
 
@@ -54,7 +54,7 @@ __all__ = [
 HELD_POLL_S = 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TokenTask:
     """A READY token and the range this window reads of it: [read_from, read_to] (inclusive)."""
 
@@ -200,7 +200,7 @@ def _store(settings: Settings) -> Iterator[MetadataStore]:
 
 def _tasks(store: MetadataStore, lineage_id: int, window_end: datetime) -> list[TokenTask]:
     last = inclusive_end(window_end)
-    return [TokenTask(row.token, row.read_from, last) for row in store.ready_tokens(lineage_id, window_end)]
+    return [TokenTask(token, start, last) for token, start in store.ready_reads(lineage_id, window_end)]
 
 
 def plan_window(
@@ -224,20 +224,20 @@ def plan_window(
     with _store(settings) as store:
         lineage = store.ensure_lineage(stream, settings.namespace, database=database.name)
         store.record_retention(lineage.id, meta.retention)  # what the UI measures the headroom against
-        partitions = store.partitions(lineage.id)
-        if not partitions or not store.window_status(lineage.id, start, end).complete:
+        begins = store.lineage_start(lineage.id)  # None: not bootstrapped yet
+        if begins is None or not store.window_status(lineage.id, start, end).complete:
             check_retention(stream, effective, meta.retention, settings.namespace)
             root_start, roots = root_partitions(
                 database, stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, at=effective,
                 retention=meta.retention, namespace=settings.namespace,
             )  # fmt: skip
-            if not partitions:
+            if begins is None:
                 created = store.bootstrap(lineage.id, root_start, roots)
                 log.info("%s: lineage %s bootstrapped with %d root partitions at %s", stream, lineage.name, created, root_start.isoformat())
-            elif min(p.start for p in partitions) > inclusive_end(end):
+            elif begins > inclusive_end(end):
                 raise UsageError(
                     f"window [{start.isoformat()}, {end.isoformat()}) ends before lineage {lineage.name} begins "
-                    f"({min(p.start for p in partitions).isoformat()}): extract it into a new {setting('namespace')} (a backfill)"
+                    f"({begins.isoformat()}): extract it into a new {setting('namespace')} (a backfill)"
                 )
         store.expire_leases(lineage.id)
         store.open_window(lineage.id, start, end)
@@ -467,12 +467,7 @@ def _transaction_check(settings: Settings, files: Sequence[ManifestFile], start:
 
 def _held_elsewhere(store: MetadataStore, lineage_id: int, end: datetime) -> list[str]:
     """Tokens another run (or a planned task) holds that still have part of the window to read."""
-    last = inclusive_end(end)
-    return [
-        p.token
-        for p in store.partitions(lineage_id)
-        if p.state in ("RUNNING", "SCHEDULED") and read_from(p.watermark, p.start) <= last
-    ]
+    return store.held_tokens(lineage_id, end)
 
 
 def _wait_for_held_tokens(settings: Settings, end: datetime) -> list[TokenTask]:

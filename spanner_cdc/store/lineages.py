@@ -44,6 +44,16 @@ READY_TOKENS = sa.text(
     ORDER BY p.read_from, p.token
     """
 )
+# What a plan needs of a READY partition: its token and where its read starts (the column the claim reads too)
+READY_READS = sa.text(
+    "SELECT token, read_from FROM cdc_partitions WHERE lineage_id = :lineage_id AND state = 'READY' AND read_from <= :last "
+    "ORDER BY read_from, token"
+)
+HELD_TOKENS = sa.text(
+    "SELECT token FROM cdc_partitions WHERE lineage_id = :lineage_id AND state IN ('RUNNING', 'SCHEDULED') "
+    "AND read_from <= :last ORDER BY token"
+)
+LINEAGE_START = sa.text("SELECT min(partition_start) FROM cdc_partitions WHERE lineage_id = :lineage_id")
 RECORD_RETENTION = sa.text(
     "UPDATE cdc_lineages SET retention_period_s = :seconds WHERE id = :id AND retention_period_s IS DISTINCT FROM :seconds"
 )
@@ -147,6 +157,27 @@ class LineageQueries(StoreBase):
             return [partition_from(r, parents.get(r.token, ()), children.get(r.token, ())) for r in rows]
 
         return self._db.transaction(body)
+
+    def ready_reads(self, lineage_id: int, window_end: datetime) -> list[tuple[str, datetime]]:
+        """(token, read_from) of the READY partitions that still have part of window [., window_end) to read, in the
+        order `ready_tokens` lists them: what a plan needs, without the rows, parents and children `ready_tokens`
+        builds (a second of a 10,000-partition plan)."""
+        rules.require_utc(window_end, "window_end")
+        params = {"lineage_id": lineage_id, "last": rules.inclusive_end(window_end)}
+        rows = self._db.transaction(lambda conn: conn.execute(READY_READS, params).fetchall())
+        return [(token, utc(read_from)) for token, read_from in rows]
+
+    def held_tokens(self, lineage_id: int, window_end: datetime) -> list[str]:
+        """Tokens held by a run or a planned task (RUNNING or SCHEDULED) that still have part of the window to read."""
+        rules.require_utc(window_end, "window_end")
+        params = {"lineage_id": lineage_id, "last": rules.inclusive_end(window_end)}
+        return self._db.transaction(lambda conn: list(conn.execute(HELD_TOKENS, params).scalars()))
+
+    def lineage_start(self, lineage_id: int) -> datetime | None:
+        """The earliest partition start of a lineage; None while it has no partitions (not bootstrapped)."""
+        return self._db.transaction(
+            lambda conn: utc_or_none(conn.execute(LINEAGE_START, {"lineage_id": lineage_id}).scalar_one())
+        )
 
     def low_watermark(self, lineage_id: int) -> datetime | None:
         """The lowest watermark over unfinished partitions (just before its start for one never read)."""

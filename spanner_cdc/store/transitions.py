@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from spanner_cdc.lineage import rules
@@ -67,8 +65,11 @@ class PartitionTransitions(BatchTransitions):
 
         # one statement (claims, their attempts, the attempts taken over), planned once per session (store.functions):
         # its own transaction, one round trip
-        rows = self._db.statement(lambda conn: conn.execute(statement, params).all())
-        return [_claim_of(r, lineage_id, owner) for r in rows]
+        rows = self._db.statement(lambda conn: conn.execute(statement, params).fetchall())
+        return [
+            Claim(lineage_id, token, utc(start), utc_or_none(watermark), owner, attempts, utc(expires))
+            for token, start, watermark, attempts, expires, *_ in rows
+        ]
 
     def schedule(
         self, lineage_id: int, *, window_end: datetime, owner: str, lease: timedelta, limit: int | None = None
@@ -146,14 +147,3 @@ class PartitionTransitions(BatchTransitions):
 
         self._db.transaction(body)
 
-
-def _claim_of(r: sa.Row[Any], lineage_id: int, owner: str) -> Claim:
-    return Claim(
-        lineage_id=lineage_id,
-        token=r.token,
-        partition_start=utc(r.partition_start),
-        watermark=utc_or_none(r.watermark),
-        owner=owner,
-        attempt=r.attempts,
-        lease_expires_at=utc(r.lease_expires_at),
-    )
