@@ -29,12 +29,16 @@ INSERT_LINEAGE = sa.text(
     "ON CONFLICT (stream, namespace) DO NOTHING"
 )
 SELECT_LINEAGE = sa.text(f"SELECT {LINEAGE_COLUMNS} FROM cdc_lineages WHERE stream = :stream AND namespace = :namespace")
+# counted in the server: the new tokens themselves are not needed back (10,000 of them at a big stream's bootstrap)
 INSERT_ROOTS = sa.text(
     """
-    INSERT INTO cdc_partitions (lineage_id, token, partition_start, read_from, state, ready_at)
-    SELECT :lineage_id, token, :start, :start, 'READY', clock_timestamp() FROM unnest(CAST(:tokens AS text[])) AS token
-    ON CONFLICT (lineage_id, token) DO NOTHING
-    RETURNING token
+    WITH inserted AS (
+        INSERT INTO cdc_partitions (lineage_id, token, partition_start, read_from, state, ready_at)
+        SELECT :lineage_id, token, :start, :start, 'READY', clock_timestamp() FROM unnest(CAST(:tokens AS text[])) AS token
+        ON CONFLICT (lineage_id, token) DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*) FROM inserted
     """
 )
 READY_TOKENS = sa.text(
@@ -129,8 +133,7 @@ class LineageQueries(StoreBase):
 
         def body(conn: Connection) -> int:
             self._lineage_by_id(conn, lineage_id)
-            rows = conn.execute(INSERT_ROOTS, {"lineage_id": lineage_id, "start": start, "tokens": tokens})
-            return len(rows.all())
+            return int(conn.execute(INSERT_ROOTS, {"lineage_id": lineage_id, "start": start, "tokens": tokens}).scalar_one())
 
         return self._db.transaction(body)
 

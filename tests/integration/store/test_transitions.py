@@ -89,6 +89,33 @@ def test_claim_only_takes_tokens_with_something_left_in_the_window(store: Metada
     assert store.claim(late, window_end=W1, owner="w", lease=LEASE) == []
 
 
+def test_the_plans_reads_agree_with_the_partition_rows(store: MetadataStore) -> None:
+    """ready_reads, held_tokens and lineage_start (what a window's plan reads) say what the full rows say."""
+    empty = store.ensure_lineage("s_" + uuid.uuid4().hex[:8], "live", database="cdc").id
+    assert store.lineage_start(empty) is None
+    assert store.ready_reads(empty, W1) == []
+    lineage_id = new_lineage(store, ("a", "b", "c", "d"))
+    store.bootstrap(lineage_id, T0 + timedelta(minutes=5), [ChildPartition("e", ())])
+    a, b, c = store.claim(lineage_id, window_end=W1, owner="w", lease=LEASE, tokens=["a", "b", "c"])
+    store.complete(a, watermark=T0 + timedelta(minutes=10), finished=False)  # READY, read from just after its watermark
+    store.complete(b, watermark=W1 - US, finished=False)  # READY, nothing left in the window
+    store.complete(c, watermark=T0 + timedelta(minutes=20), finished=True, children=[record(T0 + timedelta(minutes=20), ("c1", ("c",)), ("c2", ("c", "x")))])
+    [d] = store.claim(lineage_id, window_end=W1, owner="w2", lease=LEASE, tokens=["d"])  # RUNNING
+    for end in (W1, W1 + timedelta(hours=1)):
+        rows = store.ready_tokens(lineage_id, end)
+        assert store.ready_reads(lineage_id, end) == [(p.token, p.read_from) for p in rows]
+        assert all(start.tzinfo is UTC for _, start in store.ready_reads(lineage_id, end))
+    assert store.ready_reads(lineage_id, W1) == [
+        ("e", T0 + timedelta(minutes=5)), ("a", T0 + timedelta(minutes=10) + US), ("c1", T0 + timedelta(minutes=20))
+    ]  # fmt: skip
+    assert store.held_tokens(lineage_id, W1) == ["d"]
+    assert store.schedule(lineage_id, window_end=W1, owner="planner", lease=LEASE, limit=1) == ["e"]
+    assert store.held_tokens(lineage_id, W1) == ["d", "e"]
+    store.complete(d, watermark=W1 - US, finished=False)
+    assert store.held_tokens(lineage_id, W1) == ["e"]
+    assert store.lineage_start(lineage_id) == T0
+
+
 def test_claim_can_be_restricted_to_named_tokens(store: MetadataStore) -> None:
     lineage_id = new_lineage(store, ("a", "b", "c"))
     claims = store.claim(lineage_id, window_end=W1, owner="w", lease=LEASE, tokens=["c", "nope"])
