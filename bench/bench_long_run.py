@@ -302,7 +302,8 @@ def report(args: argparse.Namespace, points: list[Checkpoint], out: dict[str, An
     print("  store rows by table: " + "; ".join(f"{t} " + "/".join(str(p.store_rows.get(t, 0)) for p in points) for t in tables))
     for m in out["maintenance"]:
         print(f"    maintain: {m['windows_compacted']} window(s) compacted ({m['files_before']} -> {m['files_after']} files), "
-              f"{m['snapshots_expired']} snapshot(s) expired, {len(m['orphans_removed'])} orphan(s) removed, {m['elapsed_s']:.1f} s")  # fmt: skip
+              f"{m['snapshots_expired']} snapshot(s) expired, {len(m['orphans_removed'])} orphan(s) removed, "
+              f"{len(m.get('metadata_removed', []))} Iceberg metadata file(s) removed, {m['elapsed_s']:.1f} s")  # fmt: skip
     if scale is not None:
         tokens, files, held, rows = scale
         print(f"  one window of {tokens:,} partitions ({rows:,} rows) extracted by `spanner-cdc extract`: {files} data files, "

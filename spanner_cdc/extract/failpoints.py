@@ -24,6 +24,8 @@ FAILPOINTS = {
     "compaction_after_replace": "lake maintain: a table's compacted files are committed to Iceberg (a replace snapshot); the window's marker and manifest still list the originals",
     "expiry_after_commit": "lake maintain: old snapshots are expired; no orphan is removed yet",
     "orphan_after_remove": "lake maintain: one file no one lists is removed; the others are not yet",
+    "metadata_after_remove": "lake maintain: one Iceberg file (metadata, manifest list, manifest; a state table's data "
+    "file) the table's current metadata does not need is removed; the others are not yet",
 }
 _hits: dict[str, int] = {}
 _lock = threading.Lock()

@@ -48,6 +48,8 @@ class MaintainSummary:
     files_after: int = 0
     snapshots_expired: int = 0
     orphans_removed: list[str] = field(default_factory=list)
+    # Iceberg files no live snapshot or metadata log of the current metadata needs (every table of the lineage)
+    metadata_removed: list[str] = field(default_factory=list)
     state_tables_folded: list[str] = field(default_factory=list)  # current-state tables whose delete files were folded
     # metadata-store retention: closed windows folded into per-window totals, and the rows it deleted
     windows_folded: int = 0
@@ -80,19 +82,23 @@ def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSumm
                 summary.snapshots_expired = iceberg.expire_snapshots(table, now - settings.snapshot_retention)
                 failpoint("expiry_after_commit")
             summary.orphans_removed = remove_orphans(store, lineage.id, layout, table, now - settings.orphan_min_age)
+            if table is not None:  # the change log's own data files are the lake's: remove_orphans decides on them
+                iceberg.bound_metadata_log(table)
+                summary.metadata_removed += remove_unneeded(table, now - settings.orphan_min_age, data=False)
             fold_old_windows(store, lineage.id, now - settings.lineage_retention, summary,
                              keep_after=lambda: _applied_through(settings))  # fmt: skip
         finally:
             if opened:
                 iceberg.close_catalog(opened[0])
     summary.state_tables_folded = _fold_state_tables(settings)
+    summary.metadata_removed += _tidy_state_tables(settings, now - settings.orphan_min_age)
     summary.elapsed_s = time.monotonic() - started
     log.info(
         "%s: maintenance of %s: %d window(s) compacted (%d -> %d files), %d snapshot(s) expired, %d orphan(s) removed, "
-        "%d window(s) folded in the store (%d partitions, %d attempts, %d manifest rows deleted), %d state table(s) folded "
+        "%d Iceberg file(s) no snapshot needs removed, %d window(s) folded in the store (%d partitions, %d attempts, %d manifest rows deleted), %d state table(s) folded "
         "in %.1fs",
         stream, settings.namespace, summary.windows_compacted, summary.files_before, summary.files_after,
-        summary.snapshots_expired, len(summary.orphans_removed), summary.windows_folded, summary.partitions_deleted,
+        summary.snapshots_expired, len(summary.orphans_removed), len(summary.metadata_removed), summary.windows_folded, summary.partitions_deleted,
         summary.attempts_deleted, summary.manifest_rows_deleted, len(summary.state_tables_folded), summary.elapsed_s,
     )  # fmt: skip
     return summary
@@ -231,6 +237,56 @@ def remove_orphans(store: MetadataStore, lineage_id: int, layout: LakeLayout, ta
         failpoint("orphan_after_remove")
     if removed:
         log.warning("%s: removed %d file(s) no manifest, snapshot or marker lists: %s", layout.stream, len(removed), removed[:5])
+    return removed
+
+
+# What an Iceberg table writes under its location: metadata.json files, manifest lists and manifests; data and delete
+# files (a state table's; the change log's data files live in the lake's own directories).
+METADATA_SUFFIXES = (".metadata.json", ".avro")
+DATA_SUFFIXES = (".parquet",)
+
+
+def remove_unneeded(table: Table, older_than: datetime, *, data: bool) -> list[str]:
+    """Delete, one by one, the files under the table's metadata/ directory (with `data`, under its whole location)
+    that its current metadata does not need (iceberg.needed_files: read once, before any is deleted) and that were
+    written before `older_than`: metadata.json files past the metadata log, the manifest lists and manifests of expired
+    snapshots (and, with `data`, their data and delete files), a failed commit's. A commit in flight writes its
+    manifests before its metadata swap: they are younger than the safety age, so kept."""
+    needed = {storage.identity(iceberg_path(p)) for p in iceberg.needed_files(table)}
+    root = iceberg_path(table.location())
+    suffixes = METADATA_SUFFIXES + DATA_SUFFIXES if data else METADATA_SUFFIXES
+    removed = []
+    for path in storage.find(root if data else storage.join(root, "metadata")):
+        if not path.endswith(suffixes) or storage.identity(path) in needed:
+            continue
+        try:
+            if storage.modified(path) >= older_than:
+                continue
+        except FileNotFoundError:
+            continue
+        removed += storage.remove([path])
+        failpoint("metadata_after_remove")
+    if removed:
+        log.info("Iceberg table %s: removed %d file(s) no live snapshot needs", table.name(), len(removed))
+    return removed
+
+
+def _tidy_state_tables(settings: Settings, older_than: datetime) -> list[str]:
+    """Each current-state table: its metadata log bounded, and the files no live snapshot of it needs removed."""
+    from spanner_cdc.extract.current_state import _load, known_tables, state_catalog
+
+    layout = layout_of(settings)
+    catalog = state_catalog(settings)  # the store's SQL catalog with iceberg_catalog off
+    removed: list[str] = []
+    try:
+        for name in known_tables(catalog, layout):
+            handle = _load(catalog, layout, name)
+            if handle is None:
+                continue
+            iceberg.bound_metadata_log(handle)
+            removed += remove_unneeded(handle, older_than, data=True)
+    finally:
+        iceberg.close_catalog(catalog)
     return removed
 
 

@@ -35,6 +35,13 @@ WINDOW_END = "spanner-cdc.window-end"
 PARTITION = (("object", "identity", "table_name"), ("window_start", "hour", "window_hour"))
 SORT_KEYS = ("commit_timestamp", "server_transaction_id", "record_sequence", "mod_index")
 COMMIT_ATTEMPTS = 8
+# Every table the lake keeps (change log, state tables): at each commit, Iceberg deletes the metadata.json files that
+# fall out of the table's metadata log past this many previous versions (without them, one file per commit, forever).
+METADATA_VERSIONS = 20
+METADATA_PROPERTIES = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": str(METADATA_VERSIONS),
+}
 
 
 def catalog_properties(catalog: str, *, metadata_url: str | None, warehouse: str) -> dict[str, str]:
@@ -99,7 +106,8 @@ def _create(
 
     with catalog.create_table_transaction(identifier, schema=schema, location=location) as tx:
         # add_files reads columns by name: the mapping is set once here and follows schema changes
-        tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
+        tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json(),
+                           **METADATA_PROPERTIES})  # fmt: skip
         if partition:
             with tx.update_spec() as spec:
                 for column, transform, name in partition:
@@ -402,3 +410,41 @@ def live_files(table: Table) -> set[str]:
     if table.current_snapshot() is None:
         return set()
     return set(table.inspect.all_data_files().column("file_path").to_pylist())
+
+
+def bound_metadata_log(table: Table) -> bool:
+    """METADATA_PROPERTIES set on a table made before them (one property update, on the next maintenance); True when
+    they are set. A commit that lost a race leaves them for the next run (a state table's commits are not retried)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    table.refresh()
+    if all(table.properties.get(k) == v for k, v in METADATA_PROPERTIES.items()):
+        return True
+    try:
+        with table.transaction() as tx:
+            tx.set_properties(METADATA_PROPERTIES)
+    except CommitFailedException as exc:
+        log.warning("Iceberg table %s: metadata log bound not set this time (%s)", table.name(), exc)
+        return False
+    log.info("Iceberg table %s: set %s", table.name(), METADATA_PROPERTIES)
+    return True
+
+
+def needed_files(table: Table) -> set[str]:
+    """Every file the table's current metadata needs, from one read of it: the metadata file itself and those of its
+    log, statistics files, and for every live snapshot its manifest list, its manifests and the data and delete files
+    they name (a deleted entry too: conservative), as Iceberg names them."""
+    table.refresh()
+    metadata = table.metadata
+    out = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    out |= {s.statistics_path for s in metadata.statistics} | {s.statistics_path for s in metadata.partition_statistics}
+    read: set[str] = set()
+    for snapshot in metadata.snapshots:
+        out.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in read:  # a manifest is shared by the snapshots after it: read once
+                continue
+            read.add(manifest.manifest_path)
+            out.add(manifest.manifest_path)
+            out |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False)}
+    return out

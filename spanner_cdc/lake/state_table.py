@@ -13,7 +13,7 @@ import pyarrow as pa
 from spanner_cdc.errors import ExtractError
 from spanner_cdc.lake.completeness import record_from_summary, summary_properties
 from spanner_cdc.lake.current_state import Column
-from spanner_cdc.lake.iceberg import WINDOW_END, WINDOW_START
+from spanner_cdc.lake.iceberg import METADATA_PROPERTIES, WINDOW_END, WINDOW_START
 from spanner_cdc.lake.layout import escape_table
 from spanner_cdc.lake.storage import join
 
@@ -150,7 +150,7 @@ def _create(catalog: Catalog, layout: LakeLayout, table: str, schema: Schema, co
 
     identifier = state_identifier(layout, table)
     properties = {SOURCE_TABLE: table, COLUMN_TYPES: _types_text(columns), "format-version": "2", "write.delete.mode": "merge-on-read",
-                  "write.update.mode": "merge-on-read", **NO_COMMIT_RETRIES}  # fmt: skip
+                  "write.update.mode": "merge-on-read", **NO_COMMIT_RETRIES, **METADATA_PROPERTIES}  # fmt: skip
     with catalog.create_table_transaction(
         identifier, schema=schema, location=state_location(layout, table), properties=properties
     ) as tx:

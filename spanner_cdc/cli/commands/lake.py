@@ -47,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Maintain one lineage's change log: each closed window's files of a table rewritten into files "
         "near --target-file-size (one Iceberg replace snapshot each, then the window's next marker generation, then "
         "the manifest), snapshots older than --snapshot-retention expired (never the current one), and data files no "
-        "manifest row, live snapshot or marker lists removed once older than --orphan-min-age. Each step is "
+        "manifest row, live snapshot or marker lists removed once older than --orphan-min-age, as are the Iceberg "
+        "files (metadata, manifest lists, manifests; a current-state table's data files) of the change log and the "
+        "current-state tables that no live snapshot or metadata log needs. Each step is "
         "idempotent and safe to kill; a re-run finishes the work. Compaction and expiry need the Iceberg catalog. Then "
         "metadata-store retention: the partitions, attempts and manifest rows of windows closed longer than "
         "--lineage-retention ago are folded into per-window totals and deleted, one transaction per window (the "
@@ -163,7 +165,8 @@ def run_maintain(args: argparse.Namespace) -> int:
         return 0
     print(f"{summary.stream} {summary.namespace}: {summary.windows_compacted} window(s) compacted "
           f"({summary.files_before} -> {summary.files_after} files), {summary.snapshots_expired} snapshot(s) expired, "
-          f"{len(summary.orphans_removed)} orphan(s) removed, {summary.windows_folded} window(s) folded in the store "
+          f"{len(summary.orphans_removed)} orphan(s) removed, {len(summary.metadata_removed)} Iceberg metadata file(s) "
+          f"removed, {summary.windows_folded} window(s) folded in the store "
           f"({summary.partitions_deleted} partitions, {summary.attempts_deleted} attempts, {summary.manifest_rows_deleted} "
           f"manifest rows deleted) in {summary.elapsed_s:.1f} s")  # fmt: skip
     return 0
