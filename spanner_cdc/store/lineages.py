@@ -57,6 +57,25 @@ HELD_TOKENS = sa.text(
     "SELECT token FROM cdc_partitions WHERE lineage_id = :lineage_id AND state IN ('RUNNING', 'SCHEDULED') "
     "AND read_from <= :last ORDER BY token"
 )
+ALL_WINDOWS = f"SELECT {WINDOW_COLUMNS} FROM cdc_windows WHERE lineage_id = :lineage_id ORDER BY window_start, window_end"
+# The newest :recent windows, every window not COMPLETE (the UI's open windows) and the newest verified one.
+RECENT_WINDOWS = sa.text(
+    f"""
+    SELECT {WINDOW_COLUMNS} FROM cdc_windows w WHERE w.lineage_id = :lineage_id AND (
+        w.state <> 'COMPLETE'
+        OR (w.window_start, w.window_end) IN (
+            SELECT window_start, window_end FROM cdc_windows WHERE lineage_id = :lineage_id
+            ORDER BY window_start DESC, window_end DESC LIMIT :recent)
+        OR (w.window_start, w.window_end) IN (
+            SELECT window_start, window_end FROM cdc_windows WHERE lineage_id = :lineage_id AND verify IS NOT NULL
+            ORDER BY window_end DESC, window_start DESC LIMIT 1))
+    ORDER BY w.window_start, w.window_end
+    """
+)
+WINDOW_SUMS = sa.text(
+    "SELECT count(*) AS windows, coalesce(sum(records), 0) AS records, coalesce(sum(files), 0) AS files "
+    "FROM cdc_windows WHERE lineage_id = :lineage_id"
+)
 LINEAGE_START = sa.text("SELECT min(partition_start) FROM cdc_partitions WHERE lineage_id = :lineage_id")
 RECORD_RETENTION = sa.text(
     "UPDATE cdc_lineages SET retention_period_s = :seconds WHERE id = :id AND retention_period_s IS DISTINCT FROM :seconds"
@@ -188,8 +207,12 @@ class LineageQueries(StoreBase):
             lambda conn: utc_or_none(conn.execute(LOW_WATERMARK, {"lineage_id": lineage_id}).scalar_one())
         )
 
-    def graph(self, lineage_id: int) -> LineageGraph:
-        """Nodes, parent -> child edges, low watermark and windows of a lineage, read in one snapshot."""
+    def graph(self, lineage_id: int, *, recent_windows: int | None = None) -> LineageGraph:
+        """Nodes, parent -> child edges, low watermark and windows of a lineage, read in one snapshot.
+
+        With `recent_windows`, only the newest that many windows are read, with every window not COMPLETE and the
+        newest verified one; the others are counted and summed in SQL (older_windows, older_records, older_files), so
+        a year of hourly windows costs the UI and /metrics an aggregate, not 8,760 rows."""
 
         def body(conn: Connection) -> LineageGraph:
             conn.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"))
@@ -205,13 +228,12 @@ class LineageQueries(StoreBase):
                 )
             ]  # fmt: skip
             low = utc_or_none(conn.execute(LOW_WATERMARK, params).scalar_one())
-            windows = conn.execute(
-                sa.text(
-                    f"SELECT {WINDOW_COLUMNS} FROM cdc_windows WHERE lineage_id = :lineage_id "
-                    "ORDER BY window_start, window_end"
-                ),
-                params,
-            )
+            if recent_windows is None:
+                windows = [window_from(w) for w in conn.execute(sa.text(ALL_WINDOWS), params)]
+                older = None
+            else:
+                windows = [window_from(w) for w in conn.execute(RECENT_WINDOWS, {**params, "recent": recent_windows})]
+                older = conn.execute(WINDOW_SUMS, params).one()
             moves = conn.execute(
                 sa.text(
                     "SELECT source_token, destination_token, moved_at FROM cdc_partition_moves "
@@ -229,10 +251,13 @@ class LineageQueries(StoreBase):
                 nodes=tuple(nodes),
                 edges=tuple((parent, child) for parent, kids in sorted(children.items()) for child in kids),
                 low_watermark=low,
-                windows=tuple(window_from(w) for w in windows),
+                windows=tuple(windows),
                 moves=tuple((m.source_token, m.destination_token, utc(m.moved_at)) for m in moves),
                 folded_windows=int(folded.windows),
                 folded_partitions=int(folded.partitions),
+                older_windows=0 if older is None else int(older.windows) - len(windows),
+                older_records=0 if older is None else int(older.records) - sum(w.records or 0 for w in windows),
+                older_files=0 if older is None else int(older.files) - sum(w.files or 0 for w in windows),
             )
 
         return self._db.transaction(body)

@@ -189,3 +189,7 @@ class LineageGraph:
     # metadata-store retention: closed windows folded, and the FINISHED partitions deleted with them
     folded_windows: int = 0
     folded_partitions: int = 0
+    # graph(recent_windows=N): windows left out of `windows` (all COMPLETE), their count and sums, from SQL
+    older_windows: int = 0
+    older_records: int = 0
+    older_files: int = 0

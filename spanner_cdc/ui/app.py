@@ -61,6 +61,8 @@ def stream_json(view: StreamView, now: datetime, headroom_warning: float = metri
         "partitions": partitions,
         "edges": [{"parent": parent, "child": child} for child, ps in sorted(parents.items()) for parent in ps],
         "windows": windows,
+        # COMPLETE windows older than the RECENT_WINDOWS listed: counted and summed, not listed
+        "older_windows": {"windows": view.older_windows, "records": view.older_records, "files": view.older_files},
         "moves": [{"source": s, "destination": d, "at": at.isoformat()} for s, d, at in view.moves],
         "stuck": _jsonable(stuck(view, now)),
         "freshness_seconds": freshness_seconds(view, now),

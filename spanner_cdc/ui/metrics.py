@@ -69,8 +69,8 @@ def render_metrics(views: Iterable[StreamView], now: datetime, headroom_warning:
 
     for view in views:
         ids = {"stream": view.lineage.stream, "namespace": view.lineage.namespace}
-        add("spanner_cdc_records_landed_total", sum(w.records or 0 for w in view.windows), **ids)
-        add("spanner_cdc_files_landed_total", sum(w.files or 0 for w in view.windows), **ids)
+        add("spanner_cdc_records_landed_total", view.records_total, **ids)
+        add("spanner_cdc_files_landed_total", view.files_total, **ids)
         for state, count in state_counts(view).items():
             add("spanner_cdc_partitions", count, **ids, state=state)
         add("spanner_cdc_stuck_partitions", len({s.token for s in stuck(view, now)}), **ids)
@@ -78,8 +78,8 @@ def render_metrics(views: Iterable[StreamView], now: datetime, headroom_warning:
             add("spanner_cdc_low_watermark_timestamp_seconds", view.low_watermark.timestamp(), **ids)
             add("spanner_cdc_low_watermark_lag_seconds", max((now - view.low_watermark).total_seconds(), 0.0), **ids)
         complete = [w for w in view.windows if w.complete]
-        add("spanner_cdc_windows", len(complete), **ids, complete="true")
-        add("spanner_cdc_windows", len(view.windows) - len(complete), **ids, complete="false")
+        add("spanner_cdc_windows", view.windows_complete, **ids, complete="true")
+        add("spanner_cdc_windows", view.windows_total - view.windows_complete, **ids, complete="false")
         if complete:
             last = max(complete, key=lambda w: w.end)
             add("spanner_cdc_last_complete_window_end_timestamp_seconds", last.end.timestamp(), **ids)

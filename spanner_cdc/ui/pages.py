@@ -57,7 +57,6 @@ def render_index(
         ln = view.lineage
         counts = " · ".join(f"{n} {s.lower()}" for s, n in state_counts(view).items() if n) or "none"
         lag = None if view.low_watermark is None else (now - view.low_watermark).total_seconds()
-        complete = sum(1 for w in view.windows if w.complete)
         stuck_count = len({s.token for s in stuck(view, now)})
         room = headroom(view, now, headroom_warning)
         room_cell = "—" if room is None else human_duration(max(room.seconds, 0.0))
@@ -67,7 +66,7 @@ def render_index(
             f'<td><a href="{_e(stream_href(base, ln.stream, ln.namespace))}">{_e(ln.stream)}</a></td>'
             f"<td>{_e(ln.namespace)}</td><td>{_e(ln.database) or '—'}</td><td>{_e(counts)}</td>"
             f"<td class=num>{human_duration(lag, '—')}</td><td class=num>{human_duration(freshness_seconds(view, now), '—')}</td>"
-            f'<td class="{room_class}">{room_cell}</td><td class=num>{complete} / {len(view.windows)}</td>'
+            f'<td class="{room_class}">{room_cell}</td><td class=num>{view.windows_complete} / {view.windows_total}</td>'
             f'<td class="num {"bad" if stuck_count else "ok"}">{stuck_count}</td></tr>'
         )
     table = (
@@ -111,11 +110,10 @@ def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime
     newest = view.newest_window
     lag = None if view.low_watermark is None else (now - view.low_watermark).total_seconds()
     counts = " · ".join(f"{n} {s.lower()}" for s, n in state_counts(view).items() if n)
-    complete = sum(1 for w in view.windows if w.complete)
     cards = [
         ("partitions", str(len(view.partitions) + view.folded_partitions), counts or "none"),  # folded: still counted
         ("low watermark", human_duration(lag, '—') + " ago" if lag is not None else "—", display_time(view.low_watermark)),
-        ("windows complete", f"{complete} / {len(view.windows)}",
+        ("windows complete", f"{view.windows_complete} / {view.windows_total}",
          f"newest {display_time(newest.start)} → {display_time(newest.end)}" if newest else "no window yet"),
         ("stuck", str(len({s.token for s in stuck_list})), "see the stuck list" if stuck_list else "nothing stuck"),
     ]

@@ -170,7 +170,15 @@ def windows_table(view: StreamView, requested: int, href: Href) -> str:
         "<table id=windows><tr><th>start</th><th>end</th><th>state</th><th>completeness</th><th>records</th>"
         "<th>files</th><th>transaction check</th><th>duration</th></tr>" + rows + "</table>"
     )
-    return table + pager(page, "windows_page", href, "windows")
+    older = ""
+    if view.older_windows:
+        older = (
+            f"<p id=older-windows class=muted>{view.older_windows} older complete window"
+            f"{'s' if view.older_windows != 1 else ''} ({view.older_records} records, {view.older_files} files) not "
+            f"listed: <code>spanner-cdc lineage show --stream {_e(view.lineage.stream)} --namespace "
+            f"{_e(view.lineage.namespace)} --format json</code> lists every window.</p>"
+        )
+    return table + pager(page, "windows_page", href, "windows") + older
 
 
 VERIFY_EXAMPLES = 5  # mismatches listed on the page; `spanner-cdc lake show --json` has the result's first 20

@@ -9,6 +9,9 @@ from typing import Any, Protocol
 
 STATES = ("CREATED", "READY", "SCHEDULED", "RUNNING", "FINISHED")
 ONE_MICROSECOND = timedelta(microseconds=1)
+# Windows a stream's view reads (with every open window and the newest verified one): a week of hourly windows, the
+# windows table's first seven pages; older ones are counted and summed by the store (StreamView.older_windows).
+RECENT_WINDOWS = 168
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,26 @@ class StreamView:
     moves: tuple[tuple[str, str, datetime], ...] = ()  # MUTABLE_KEY_RANGE: (source, destination, time)
     # FINISHED partitions that metadata-store retention (lineage_retention) deleted: counted, no longer listed
     folded_partitions: int = 0
+    # COMPLETE windows older than `windows` holds (RECENT_WINDOWS): how many, and their records and files
+    older_windows: int = 0
+    older_records: int = 0
+    older_files: int = 0
+
+    @property
+    def windows_total(self) -> int:
+        return len(self.windows) + self.older_windows
+
+    @property
+    def windows_complete(self) -> int:
+        return sum(1 for w in self.windows if w.complete) + self.older_windows
+
+    @property
+    def records_total(self) -> int:
+        return sum(w.records or 0 for w in self.windows) + self.older_records
+
+    @property
+    def files_total(self) -> int:
+        return sum(w.files or 0 for w in self.windows) + self.older_files
 
     @property
     def newest_window(self) -> WindowView | None:
@@ -104,7 +127,7 @@ class StoreLike(Protocol):
 
     def get_lineage(self, stream: str, namespace: str) -> Any: ...
 
-    def graph(self, lineage_id: int) -> Any: ...
+    def graph(self, lineage_id: int, *, recent_windows: int | None = None) -> Any: ...
 
 
 def lineage_view(row: Any) -> LineageView:
@@ -149,7 +172,7 @@ def window_view(row: Any) -> WindowView:
 def load_stream(store: StoreLike, stream: str, namespace: str) -> StreamView:
     """Read one lineage from the store (the store raises NotFound, naming the known lineages, when it is absent)."""
     lineage = store.get_lineage(stream, namespace)
-    graph = store.graph(lineage.id)
+    graph = store.graph(lineage.id, recent_windows=RECENT_WINDOWS)
     return StreamView(
         lineage=lineage_view(graph.lineage),
         partitions=tuple(partition_view(p) for p in graph.nodes),
@@ -158,6 +181,9 @@ def load_stream(store: StoreLike, stream: str, namespace: str) -> StreamView:
         edges=tuple(graph.edges),
         moves=tuple(getattr(graph, "moves", ())),
         folded_partitions=int(getattr(graph, "folded_partitions", 0)),
+        older_windows=int(getattr(graph, "older_windows", 0)),
+        older_records=int(getattr(graph, "older_records", 0)),
+        older_files=int(getattr(graph, "older_files", 0)),
     )
 
 

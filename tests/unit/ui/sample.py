@@ -70,7 +70,7 @@ class FakeStore:
             raise NotFound(f"no lineage for stream {stream!r} in namespace {namespace!r}")
         return lineage
 
-    def graph(self, lineage_id: int) -> LineageGraph:
+    def graph(self, lineage_id: int, *, recent_windows: int | None = None) -> LineageGraph:
         self._check()
         return self.graph_value
 
