@@ -313,3 +313,28 @@ def test_a_snapshot_of_a_lineage_with_folded_windows_is_refused_by_name(store: M
     no_spanner = SimpleNamespace(name="")  # the refusal comes first: nothing of the database is read
     with pytest.raises(UsageError, match=r"first partitions are folded.*snapshot into another namespace"):
         _begin(settings, store, no_spanner, None, "GOOGLE_STANDARD_SQL", None)
+
+
+def test_the_ui_reads_the_newest_windows_and_counts_the_older_ones_the_same(
+    store: MetadataStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A view of the newest three windows (with every open one and the newest verified one) shows the same cards and
+    /metrics as a view of every window: the older windows are counted and summed by the store, folded or not."""
+    from spanner_cdc.ui import view as view_module
+
+    history, cut, _ = built(store, tmp_path)
+    store.record_verify(history.lineage_id, *history.window(1), {"mismatches": 0, "rows_compared": 7,
+                                                                "verified_at": "2025-06-01T05:00:00Z"})  # fmt: skip
+    fold_old_windows(store, history.lineage_id, cut, MaintainSummary(store.lineage(history.lineage_id).stream, "live"))
+    now = clock(store)
+    whole = view_of(store, history)
+    monkeypatch.setattr(view_module, "RECENT_WINDOWS", 3)
+    recent = view_of(store, history)
+
+    assert [w.start for w in recent.windows] == [history.window(n)[0] for n in (1, OLD + KEPT - 1, OLD + KEPT, OLD + KEPT + 1)]
+    assert (recent.older_windows, whole.older_windows) == (OLD + KEPT + 2 - 4, 0)
+    assert recent.older_records == sum(w.records or 0 for w in whole.windows if w not in recent.windows) > 0
+    assert metrics.render_metrics([recent], now) == metrics.render_metrics([whole], now)
+    assert _cards(recent, stuck(recent, now), now, 0.5) == _cards(whole, stuck(whole, now), now, 0.5)
+    assert tables.open_windows_table(recent) == tables.open_windows_table(whole)
+    assert f"{OLD + KEPT + 2 - 4} older complete windows" in tables.windows_table(recent, 1, lambda _: "")
