@@ -224,9 +224,18 @@ def remove_orphans(store: MetadataStore, lineage_id: int, layout: LakeLayout, ta
         if window.marker_path:
             listed |= {storage.identity(storage.join(layout.location, f["path"])) for f in _marker_files(window.marker_path)}
     candidates = [p for p in published_locations(layout.location) if f"/{TABLE_KEY}=" in p[len(layout.location) :]]
-    removed = []
-    for path in candidates:
-        if storage.identity(path) in listed:
+    removed = _remove_old(candidates, listed, older_than, after_each=lambda: failpoint("orphan_after_remove"))
+    if removed:
+        log.warning("%s: removed %d file(s) no manifest, snapshot or marker lists: %s", layout.stream, len(removed), removed[:5])
+    return removed
+
+
+def _remove_old(paths: Sequence[str], keep: set[str], older_than: datetime, *, after_each: Callable[[], None]) -> list[str]:
+    """Delete, one by one, each of `paths` whose identity is not in `keep` and that was written before `older_than`
+    (one gone meanwhile is skipped); `after_each` runs after each deletion."""
+    removed: list[str] = []
+    for path in paths:
+        if storage.identity(path) in keep:
             continue
         try:
             if storage.modified(path) >= older_than:
@@ -234,9 +243,7 @@ def remove_orphans(store: MetadataStore, lineage_id: int, layout: LakeLayout, ta
         except FileNotFoundError:
             continue
         removed += storage.remove([path])
-        failpoint("orphan_after_remove")
-    if removed:
-        log.warning("%s: removed %d file(s) no manifest, snapshot or marker lists: %s", layout.stream, len(removed), removed[:5])
+        after_each()
     return removed
 
 
@@ -255,17 +262,8 @@ def remove_unneeded(table: Table, older_than: datetime, *, data: bool) -> list[s
     needed = {storage.identity(iceberg_path(p)) for p in iceberg.needed_files(table)}
     root = iceberg_path(table.location())
     suffixes = METADATA_SUFFIXES + DATA_SUFFIXES if data else METADATA_SUFFIXES
-    removed = []
-    for path in storage.find(root if data else storage.join(root, "metadata")):
-        if not path.endswith(suffixes) or storage.identity(path) in needed:
-            continue
-        try:
-            if storage.modified(path) >= older_than:
-                continue
-        except FileNotFoundError:
-            continue
-        removed += storage.remove([path])
-        failpoint("metadata_after_remove")
+    found = [p for p in storage.find(root if data else storage.join(root, "metadata")) if p.endswith(suffixes)]
+    removed = _remove_old(found, needed, older_than, after_each=lambda: failpoint("metadata_after_remove"))
     if removed:
         log.info("Iceberg table %s: removed %d file(s) no live snapshot needs", table.name(), len(removed))
     return removed
