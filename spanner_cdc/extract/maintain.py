@@ -63,7 +63,8 @@ class MaintainSummary:
 
 
 def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSummary:
-    """Compaction, then snapshot expiry, then orphan removal, then metadata-store retention; each step idempotent, and
+    """Compaction, snapshot expiry, orphan removal and the change log's unneeded Iceberg files, then metadata-store
+    retention, then the state tables' delete-file folds and their unneeded Iceberg files; each step idempotent, and
     safe to kill at any moment and while an extract lands or a window closes (it touches closed windows only, and
     files no one lists)."""
     started = time.monotonic()

@@ -47,15 +47,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Maintain one lineage's change log: each closed window's files of a table rewritten into files "
         "near --target-file-size (one Iceberg replace snapshot each, then the window's next marker generation, then "
         "the manifest), snapshots older than --snapshot-retention expired (never the current one), and data files no "
-        "manifest row, live snapshot or marker lists removed once older than --orphan-min-age, as are the Iceberg "
-        "files (metadata, manifest lists, manifests; a current-state table's data files) of the change log and the "
-        "current-state tables that no live snapshot or metadata log needs. Each step is "
-        "idempotent and safe to kill; a re-run finishes the work. Compaction and expiry need the Iceberg catalog. Then "
-        "metadata-store retention: the partitions, attempts and manifest rows of windows closed longer than "
-        "--lineage-retention ago are folded into per-window totals and deleted, one transaction per window (the "
+        "manifest row, live snapshot or marker lists removed once older than --orphan-min-age, as are the change "
+        "log's Iceberg files (metadata, manifest lists, manifests) that no live snapshot or metadata log needs. Each "
+        "step is idempotent and safe to kill; a re-run finishes the work. Compaction and expiry need the Iceberg "
+        "catalog. Then metadata-store retention: the partitions, attempts and manifest rows of windows closed longer "
+        "than --lineage-retention ago are folded into per-window totals and deleted, one transaction per window (the "
         "windows' rows, the open frontier and every open window stay; the files stay listed by their markers and "
         "snapshots). Last, the current-state tables' position-delete files are folded into their data files (Spark "
-        "starts only for a table that has any).",
+        "starts only for a table that has any), and their Iceberg files (metadata, manifests, data and delete files) "
+        "that no live snapshot or metadata log needs are removed once older than --orphan-min-age.",
     )
     _lineage_flags(maintain)
     maintain.add_argument("--iceberg-catalog", help="store (default), off, or a REST/Hive catalog URL (SPANNER_CDC_ICEBERG_CATALOG)")
