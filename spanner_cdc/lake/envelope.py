@@ -6,7 +6,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
@@ -144,7 +144,46 @@ class EnvelopeBatcher:
         self._sha1 = hashlib.sha1(_NAMESPACE_BYTES)
         self._stamp: datetime | None = None
         self._commit = 0
+        self._tokens: list[str] | None = None  # joined(): each record's partition token (else the context's, constant)
         self._reset()
+
+    @classmethod
+    def joined(cls, batchers: Sequence[EnvelopeBatcher]) -> EnvelopeBatcher:
+        """The rows the batchers gathered (each of its own token, none taken yet), in their order, in one batcher whose
+        take() builds them at once: the rows their own take()s would give one after another. A small partition's
+        rows are a few, and building a batch costs ~0.5 ms whatever its size: a wave task builds its small tokens'
+        rows together. Every batcher must share the first one's stream, read method, window and schema."""
+        first = batchers[0]
+        out = cls(first.context, max_rows=first.max_rows, max_bytes=first.max_bytes, with_partition_column=first.schema is SOURCE_SCHEMA)
+        out._tokens = []
+        for batcher in batchers:
+            ctx = batcher.context
+            if (ctx.stream_name, ctx.read_method, ctx.window_start, ctx.window_end) != (
+                first.context.stream_name, first.context.read_method, first.context.window_start, first.context.window_end
+            ) or batcher.schema is not out.schema:  # fmt: skip
+                raise ValueError("joined: batchers of another stream, read method, window or schema")
+            out._digests += batcher._digests
+            out._keys += batcher._keys
+            out._new += batcher._new
+            out._old += batcher._old
+            out._records += batcher._records
+            out._counts += batcher._counts
+            out._tokens += [ctx.partition_token] * len(batcher._records)
+            out._rows += batcher._rows
+            out._bytes += batcher._bytes
+        return out
+
+    @property
+    def held_bytes(self) -> int:
+        """The rough size of the rows gathered and not taken yet (their texts, ~200 bytes a row besides)."""
+        return self._bytes
+
+    def table_rows(self) -> dict[str, int]:
+        """The rows gathered and not taken yet, by table, in the order the tables first came."""
+        rows: dict[str, int] = {}
+        for (record, *_), count in zip(self._records, self._counts, strict=True):
+            rows[record.table_name] = rows.get(record.table_name, 0) + count
+        return rows
 
     def _reset(self) -> None:
         self._digests = bytearray()  # the ids' SHA-1 digests, 20 bytes per mod
@@ -155,6 +194,8 @@ class EnvelopeBatcher:
         self._counts: list[int] = []
         self._rows = 0
         self._bytes = 0
+        if self._tokens is not None:
+            self._tokens = []
 
     def __len__(self) -> int:
         return self._rows
@@ -233,6 +274,8 @@ class EnvelopeBatcher:
         columns["column_types"] = pa.array([r[3] for r in rows], pa.string())
         columns["primary_keys"] = pa.array([r[4] for r in rows], pa.list_(pa.string()))
         columns["is_deleted"] = pa.array([r.mod_type == "DELETE" for r in records], pa.bool_())
+        if self._tokens is not None:
+            columns["partition_token"] = pa.array(self._tokens, pa.string())
         return columns
 
     def _constant_columns(self, rows: int) -> dict[str, pa.Array]:
@@ -240,6 +283,8 @@ class EnvelopeBatcher:
         ctx, (start, end) = self.context, self._window
         values = {"stream_name": ctx.stream_name, "read_method": ctx.read_method, "partition_token": ctx.partition_token,
                   "window_start": start, "window_end": end}  # fmt: skip
+        if self._tokens is not None:  # joined: a column of each record's own token (_record_columns)
+            del values["partition_token"]
         return {name: pa.repeat(pa.scalar(value, self._types_of[name]), rows) for name, value in values.items()}
 
     def take(self) -> pa.RecordBatch | None:

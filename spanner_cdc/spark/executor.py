@@ -23,7 +23,7 @@ from spanner_cdc.lake.layout import task_file_stem, task_object_name, token_dige
 from spanner_cdc.model.records import ChangeRecord, DataChangeRecord
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
-from spanner_cdc.spark.task_files import StreamedFiles, TaskFile, TaskFiles, TokenSpool, content_digest
+from spanner_cdc.spark.task_files import HOLD_BYTES, StreamedFiles, TaskFile, TaskFiles, TokenSpool, build_held, content_digest
 
 FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64())])
 # a wave job's rows: each file named by its token, and a row per token (no file) carrying its control summary
@@ -34,21 +34,30 @@ MAX_BUFFERED_BYTES = 64 << 20
 PUBLISH_THREADS = 8  # a token's files published at once (one per table)
 
 
-def envelope_batches(spec: TokenJobSpec, records: Iterable[ChangeRecord], summary: ControlSummary) -> Iterator[pa.RecordBatch]:
-    """Data change records -> bounded lake batches; every record (control ones too) is noted in `summary`."""
+def envelope_batches(
+    spec: TokenJobSpec, records: Iterable[ChangeRecord], summary: ControlSummary, hold: list[EnvelopeBatcher] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Data change records -> bounded lake batches; every record (control ones too) is noted in `summary`. `hold`: a
+    token whose rows all fit in HOLD_BYTES yields none; its batcher, rows not built, goes into `hold` instead (a wave
+    task builds its small tokens' rows together: `TokenSpool.hold`)."""
     batcher = EnvelopeBatcher(
         EnvelopeContext(spec.stream, spec.read_method, spec.token, spec.window_start, spec.window_end),
         max_rows=spec.max_rows,
     )
+    taken = False
     for record in records:
         if isinstance(record, DataChangeRecord):
             summary.landed(record, batcher.add(record))
             if batcher.full:
                 batch = batcher.take()
                 if batch is not None:
+                    taken = True
                     yield batch
         else:
             summary.observe(record)
+    if hold is not None and not taken and batcher.held_bytes <= HOLD_BYTES:
+        hold.append(batcher)
+        return
     batch = batcher.take()
     if batch is not None:
         yield batch
@@ -88,14 +97,14 @@ def _database(spec: TokenJobSpec | Any) -> Any:
         return _databases[key]
 
 
-def _read(spec: TokenJobSpec, summary: ControlSummary) -> Iterator[pa.RecordBatch]:
+def _read(spec: TokenJobSpec, summary: ControlSummary, hold: list[EnvelopeBatcher] | None = None) -> Iterator[pa.RecordBatch]:
     from spanner_cdc.source.reader import PartitionReader
 
     reader = PartitionReader(
         _database(spec), spec.stream, dialect=spec.dialect, heartbeat_ms=spec.heartbeat_ms, partition_mode=spec.partition_mode
     )
     try:
-        yield from envelope_batches(spec, reader.read(spec.token, spec.read_from, spec.read_to), summary)
+        yield from envelope_batches(spec, reader.read(spec.token, spec.read_from, spec.read_to), summary, hold)
     finally:
         summary.resumes = reader.resumes
 
@@ -225,10 +234,13 @@ def spool_token(spec: TokenJobSpec, directory: Path) -> tuple[ControlSummary, To
     """
     summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
     spool = TokenSpool(directory / token_digest(spec.token))
+    held: list[EnvelopeBatcher] = []
     try:
-        for batch in _read(spec, summary):
+        for batch in _read(spec, summary, held):
             spool.write(batch)
         spool.close()
+        if held:  # a small token: its rows are built with the task's other small ones (build_held)
+            spool.hold(held[0])
     except Exception as exc:  # noqa: BLE001 - reported in the token's summary row
         log.warning("%s %s: token failed in its wave job: %s", spec.stream, spec.token, exc)
         spool.drop()
@@ -262,6 +274,7 @@ def land_wave_tokens(specs: list[TokenJobSpec], threads: int) -> Iterator[pa.Rec
     try:
         spooled = _spool_all(specs, threads, directory)
         landed = [(spec, spool) for spec, (_, spool) in zip(specs, spooled, strict=True) if spool is not None]
+        build_held([spool for _, spool in landed])
         yield from _file_rows(_write_files(landed, directory / "files") if landed else [])
         for summary, _ in spooled:
             yield _summary_row(summary)

@@ -29,6 +29,11 @@ def content_digest(specs: Sequence[TokenJobSpec]) -> str:
 # took ~6 ms of a small token's ~8-16 ms in a task on this machine's disk (its metadata writes, not its bytes); a task
 # holds at most `task_tokens` spools, so at most 64 x 1 MiB in memory by default.
 SPOOL_MEMORY_BYTES = 1 << 20
+# A token whose rows stay under this (the envelope batcher's rough measure: their texts, ~200 bytes a row besides) is
+# held unbuilt (`TokenSpool.hold`): its rows are built with the task's other small tokens' at once (`build_held`).
+# Building a batch costs ~0.5 ms whatever its rows and splitting it by table ~0.1 ms more, more than the few rows of a
+# small partition; held in Python objects a token takes a few times this, so at most ~64 x 1 MiB for a task's tokens.
+HOLD_BYTES = 256 << 10
 
 
 class TokenSpool:
@@ -48,6 +53,15 @@ class TokenSpool:
         self.rows: dict[str, int] = {}
         self.held: dict[str, list[pa.RecordBatch]] = {}
         self.held_bytes = 0
+        self.unbuilt: Any = None  # hold(): a small token's envelope batcher, its rows not built yet
+
+    def hold(self, batcher: Any) -> None:
+        """A small token's rows, not built yet (an EnvelopeBatcher none was taken from, nothing written before):
+        `build_held` builds them with the task's other held tokens' before the task writes its files."""
+        if self.rows or self.spilled:
+            raise ValueError("hold: the token has rows written already")
+        self.unbuilt = batcher
+        self.rows = batcher.table_rows()
 
     @property
     def tables(self) -> list[str]:
@@ -92,6 +106,7 @@ class TokenSpool:
 
     def drop(self) -> None:
         """A failed token: close and delete its rows (workers are reused: no handle may leak)."""
+        self.unbuilt = None
         for writer in self.writers.values():
             try:
                 writer.close()
@@ -105,11 +120,39 @@ class TokenSpool:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def batches(self, table: str) -> Any:
+        if self.unbuilt is not None:
+            raise ValueError("batches: the token's rows are not built yet (build_held)")
         if table in self.held:
             yield from self.held[table]
             return
         with pa.memory_map(str(self.paths[table])) as source:
             yield from pa.ipc.open_stream(source)
+
+
+def build_held(spools: Sequence[TokenSpool]) -> None:
+    """The held tokens' rows (`TokenSpool.hold`) built together, in the spools' order, a batch per ~max_rows rows,
+    each split by table once; every token then holds its own rows of each table (slices of those batches), as if it
+    had written them itself: the same rows, in the same order."""
+    from spanner_cdc.lake.envelope import EnvelopeBatcher
+
+    held = [spool for spool in spools if spool.unbuilt is not None]
+    while held:
+        group, rows = [], 0
+        limit = held[0].unbuilt.max_rows
+        while held and (not group or rows + len(held[0].unbuilt) <= limit):
+            spool = held.pop(0)
+            group.append(spool)
+            rows += len(spool.unbuilt)
+        batch = EnvelopeBatcher.joined([spool.unbuilt for spool in group]).take()
+        tables = dict(rows_by_table(batch)) if batch is not None else {}
+        offsets = dict.fromkeys(tables, 0)
+        for spool in group:
+            spool.unbuilt = None
+            for table, count in spool.rows.items():
+                spool.held.setdefault(table, []).append(tables[table].slice(offsets[table], count))
+                offsets[table] += count
+        if {t: offsets[t] for t in tables} != {t: b.num_rows for t, b in tables.items()}:
+            raise AssertionError("build_held: the tokens' rows by table do not add up to the built batch's")
 
 
 @dataclass

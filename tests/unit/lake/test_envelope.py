@@ -160,3 +160,40 @@ def test_every_row_has_its_own_uuid_and_mod_index_in_a_batch_of_records_of_one_a
     keys = [json.loads(k)["id"] for k in batch.column("keys").to_pylist()]
     assert keys == [str(i) for r in records for i in range(len(r.mods))]
     assert batch.column("server_transaction_id").to_pylist() == [r.server_transaction_id for r in records for _ in r.mods]
+
+
+def test_joined_batchers_build_the_rows_their_own_takes_would_one_after_another() -> None:
+    """A wave task builds its small tokens' rows at once: the same rows, each with its own token, in the same order."""
+    from dataclasses import replace
+
+    groups = {
+        "tok-A": [data_record(1, tx="a", table="Orders"), data_record(2, tx="b", mods=3)],
+        "tok-B": [],
+        "tok-C": [data_record(3, tx="c", mods=2, mod_type="DELETE"), data_record(4, tx="d", table="Orders")],
+    }
+
+    def gathered() -> list[EnvelopeBatcher]:
+        batchers = []
+        for token, records in groups.items():
+            batcher = EnvelopeBatcher(replace(CONTEXT, partition_token=token))
+            for record in records:
+                batcher.add(record, T0)
+            batchers.append(batcher)
+        return batchers
+
+    alone = pa.Table.from_batches([b for b in (batcher.take() for batcher in gathered()) if b is not None])
+    batchers = gathered()
+    assert [b.table_rows() for b in batchers] == [{"Orders": 1, "Users": 3}, {}, {"Users": 2, "Orders": 1}]
+    joined = EnvelopeBatcher.joined(batchers)
+    batch = joined.take()
+    assert batch is not None and batch.schema == SOURCE_SCHEMA
+    assert pa.Table.from_batches([batch]).equals(alone)
+    assert batch.column("partition_token").to_pylist() == ["tok-A"] * 4 + ["tok-C"] * 3
+    assert joined.take() is None  # taken: empty again
+    other_window = EnvelopeBatcher(replace(CONTEXT, partition_token="tok-D", window_end=T0 + timedelta(hours=2)))
+    try:
+        EnvelopeBatcher.joined([*gathered(), other_window])
+    except ValueError as exc:
+        assert "window" in str(exc)
+    else:
+        raise AssertionError("batchers of another window were joined")

@@ -159,3 +159,53 @@ def test_a_task_of_one_token_that_fails_leaves_no_file(tmp_path: Path) -> None:
             streamed.write("a", batch)
         streamed.abort()
     assert [p for p in root.rglob("*") if p.is_file()] == []  # no file, no scratch beside their names
+
+
+def test_small_tokens_held_unbuilt_land_the_same_files_as_tokens_spooled_one_by_one(tmp_path: Path) -> None:
+    """A wave task builds its small tokens' rows together (build_held): the same files, rows and listing, whichever
+    tokens were held and however the held ones are grouped into batches."""
+    from spanner_cdc.lake.envelope import EnvelopeBatcher
+    from spanner_cdc.spark.task_files import build_held
+
+    counts = {"a": 6, "b": 0, "c": 3, "d": 40, "e": 5}
+
+    def spools(hold: set[str], root: Path) -> list[TokenSpool]:
+        out = []
+        for n, (token, count) in enumerate(counts.items()):
+            records = [data_record(100 * n + i, tx=f"{token}{i}", table="Users" if i % 3 else "Orders", mods=2) for i in range(count)]
+            held: list[EnvelopeBatcher] = []
+            spool = TokenSpool(root / "spool" / token)
+            token_spec = spec(tmp_path, token=token, max_rows=64)  # d's 80 rows: a batch taken while it reads, never held
+            for batch in envelope_batches(token_spec, records, ControlSummary(token, T0, LAST), held if token in hold else None):
+                spool.write(batch)
+            spool.close()
+            assert bool(held) == (token in hold and token != "d")
+            if held:
+                spool.hold(held[0])
+                assert spool.tables == [t for t in ("Orders", "Users") if count > (t == "Users")]
+            out.append(spool)
+        return out
+
+    def land(spooled: list[TokenSpool], root: Path) -> list[Any]:
+        build_held(spooled)
+
+        def destination(table: str, sequence: int) -> str:
+            return task_object_name(str(root), stem="part-L1-tX", content="c", table=table, window_start=T0, sequence=sequence)
+
+        files = TaskFiles(destination, root / "scratch", max_bytes=1 << 30)
+        for table in ("Orders", "Users"):
+            files.write_table(table, [(token, s) for token, s in zip(counts, spooled, strict=True) if table in s.rows])
+        return [(f.table, f.rows_by_token, pq.read_table(f.path).drop_columns(["read_timestamp"]).to_pylist()) for f in files.published]
+
+    expected = land(spools(set(), tmp_path / "none"), tmp_path / "none")
+    assert land(spools(set(counts), tmp_path / "all"), tmp_path / "all") == expected
+    assert land(spools({"a", "e"}, tmp_path / "some"), tmp_path / "some") == expected
+    small = spools(set(counts), tmp_path / "small")
+    for spool in small:  # batches of at most 16 rows: the held tokens built in several groups
+        if spool.unbuilt is not None:
+            spool.unbuilt.max_rows = 16
+    assert land(small, tmp_path / "small") == expected
+    assert [r for _, _, rows in expected for r in rows]  # rows landed
+    unbuilt = spools({"a"}, tmp_path / "unbuilt")[0]
+    with pytest.raises(ValueError, match="not built"):
+        list(unbuilt.batches("Users"))
