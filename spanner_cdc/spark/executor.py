@@ -23,7 +23,15 @@ from spanner_cdc.lake.layout import task_file_stem, task_object_name, token_dige
 from spanner_cdc.model.records import ChangeRecord, DataChangeRecord
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
-from spanner_cdc.spark.task_files import HOLD_BYTES, StreamedFiles, TaskFile, TaskFiles, TokenSpool, build_held, content_digest
+from spanner_cdc.spark.task_files import (
+    HOLD_BYTES,
+    StreamedFiles,
+    TaskFile,
+    TaskFiles,
+    TokenSpool,
+    build_held,
+    content_digest,
+)
 
 FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64())])
 # a wave job's rows: each file named by its token, and a row per token (no file) carrying its control summary
@@ -252,10 +260,17 @@ def spool_token(spec: TokenJobSpec, directory: Path) -> tuple[ControlSummary, To
 
 def _summary_row(summary: ControlSummary) -> pa.RecordBatch:
     """The token's control summary as the one row of a wave job's listing without a file."""
-    return pa.RecordBatch.from_pylist(
-        [{"table": None, "path": None, "rows": 0, "bytes": 0, "token": summary.token, "control": summary.to_text()}],
+    return _summary_rows([summary])
+
+
+def _summary_rows(summaries: list[ControlSummary]) -> pa.RecordBatch:
+    """The tokens' control summaries as rows of a wave job's listing without a file, one batch for a task's tokens."""
+    count = len(summaries)
+    return pa.RecordBatch.from_arrays(
+        [pa.nulls(count, pa.string()), pa.nulls(count, pa.string()), pa.array([0] * count, pa.int64()), pa.array([0] * count, pa.int64()),
+         pa.array([s.token for s in summaries], pa.string()), pa.array([s.to_text() for s in summaries], pa.string())],
         schema=WAVE_SCHEMA,
-    )
+    )  # fmt: skip
 
 
 def land_wave_tokens(specs: list[TokenJobSpec], threads: int) -> Iterator[pa.RecordBatch]:
@@ -276,8 +291,7 @@ def land_wave_tokens(specs: list[TokenJobSpec], threads: int) -> Iterator[pa.Rec
         landed = [(spec, spool) for spec, (_, spool) in zip(specs, spooled, strict=True) if spool is not None]
         build_held([spool for _, spool in landed])
         yield from _file_rows(_write_files(landed, directory / "files") if landed else [])
-        for summary, _ in spooled:
-            yield _summary_row(summary)
+        yield _summary_rows([summary for summary, _ in spooled])
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

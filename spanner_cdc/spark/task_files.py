@@ -137,7 +137,8 @@ def build_held(spools: Sequence[TokenSpool]) -> None:
 
     held = [spool for spool in spools if spool.unbuilt is not None]
     while held:
-        group, rows = [], 0
+        group: list[TokenSpool] = []
+        rows = 0
         limit = held[0].unbuilt.max_rows
         while held and (not group or rows + len(held[0].unbuilt) <= limit):
             spool = held.pop(0)
