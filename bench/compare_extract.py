@@ -1,6 +1,6 @@
 """Side by side: the whole `spanner-cdc extract` of a previous tree and of this one on one window of one server, alternating
 in one run (which runs first swaps each round), each round beside the bare client's drains of the same partitions;
-medians and the phases this tree's extract reports.
+medians (wall, and the CPU of each extract's process tree) and the phases this tree's extract reports.
 
     python -m bench.compare_extract --previous /path/to/previous/checkout --partitions 1000 --transactions 2000
     python -m bench.compare_extract --previous /path/to/previous/checkout --partitions 1 --bulk-mods 400000
@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     trees = {"previous": Path(args.previous).resolve(), "this": HERE}
     times: dict[str, list[float]] = {name: [] for name in trees}
+    cpus: dict[str, list[float]] = {name: [] for name in trees}  # CPU s of each extract's process tree (JVM, Python workers)
     with tempfile.TemporaryDirectory(prefix="compare-extract-") as name, bench_store(Path(name)) as url:
         tmp = Path(name)
         with LocalSpanner(extra_args=policy_args(args.partitions), log_path=tmp / "server.log") as server:
@@ -63,8 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             home=tmp / "home", concurrency=4, database=database.database_id, emulator_host=server.host,
                             spark_master="local[2]")  # fmt: skip
             print(f"{COMMAND}: {args.partitions:,} partition(s), previous {trees['previous']}, this {trees['this']}")
+            bares: list[float] = []
             for round_ in range(args.rounds):
                 _, records, bare_s = _bare_drains(database, created, end)
+                bares.append(bare_s)
                 line = f"  round {round_ + 1}: load {os.getloadavg()[0]:.1f}, bare drains {bare_s:.2f} s ({records:,} records)"
                 for which in list(trees)[:: 1 if round_ % 2 == 0 else -1]:
                     settings = dataclasses.replace(base, namespace=f"c{round_}_{which}")
@@ -72,14 +75,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     summary, peaks = extract_with_memory(settings, created, end, cwd=trees[which], PYTHONPATH=str(trees[which]),
                                                          PYSPARK_SUBMIT_ARGS="--driver-memory 1g pyspark-shell")  # fmt: skip
                     times[which].append(time.perf_counter() - began)
+                    cpus[which].append(peaks.get("tree cpu s", 0.0))
                     if not summary["complete"]:
                         raise SystemExit(f"{which}: the window did not complete: {summary}")
                     phases = ", ".join(f"{k} {v:.1f}" for k, v in summary.get("phases", {}).items())
-                    line += f"; {which} {times[which][-1]:.1f} s" + (f" ({phases})" if phases else "")
+                    line += f"; {which} {times[which][-1]:.1f} s, CPU {cpus[which][-1]:.1f} s" + (f" ({phases})" if phases else "")
                 print(line, flush=True)
     previous, this = (statistics.median(times[n]) for n in trees)
     faster = sum(p > t for p, t in zip(times["previous"], times["this"], strict=True))
     print(f"  medians: previous {previous:.1f} s, this {this:.1f} s ({previous / this:.2f}x; this faster in {faster} of {args.rounds} rounds)")
+    bare = statistics.median(bares)
+    print(f"  median / bare drains ({bare:.2f} s): previous {previous / bare:.2f}x, this {this / bare:.2f}x")
+    previous_cpu, this_cpu = (statistics.median(cpus[n]) for n in trees)
+    print(f"  median CPU of the process tree: previous {previous_cpu:.1f} s, this {this_cpu:.1f} s ({previous_cpu / max(this_cpu, 1e-9):.2f}x); "
+          "the wall times follow the machine's load, the CPU much less")  # fmt: skip
     return 0
 
 
