@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from spanner_cdc.local_spanner import generated
+from spanner_cdc.local_spanner import ddl, generated
 from spanner_cdc.local_spanner.ddl import CASCADE
 from spanner_cdc.local_spanner.keysets import Key, Rows, matching_keys, sorted_keys
 from spanner_cdc.local_spanner.model import QueryError, RowChange
@@ -113,19 +113,52 @@ class MutationSet:
                 write = getattr(mutation, operation)
                 table = self._table(write.table)
                 columns = list(write.columns)
+                resolved = self._resolved(table, columns) if write.values else None
                 for values in write.values:
                     items = values.values
                     if len(items) != len(columns):
                         raise QueryError("INVALID_ARGUMENT", f"Mutation for table {table.name} has {len(items)} values for {len(columns)} columns.")
-                    self.write(operation, table, dict(zip(columns, map(pb_to_python, items), strict=True)))
+                    if resolved is None:  # an unknown column: the general path raises the error a row of it gets
+                        self.write(operation, table, dict(zip(columns, map(pb_to_python, items), strict=True)))
+                    else:
+                        self._write_values(operation, table, self._normalized(table, resolved, items))
             else:
                 raise QueryError("UNIMPLEMENTED", f"Mutation type {operation} is not supported by the local Spanner server")
+
+    def _resolved(self, table: TableDef, columns: list[str]) -> list[tuple[ddl.ColumnDef, str]] | None:
+        """The column (and its name in errors) of each of a write mutation's columns, looked up once for all its rows;
+        None if one is unknown or named twice (write() keeps the last value of a repeated name and never checks the other)."""
+        if len(set(columns)) != len(columns):
+            return None
+        postgres = self.schema.postgres
+        out = []
+        for name in columns:
+            column = table.column(name, postgres)
+            if column is None:
+                return None
+            out.append((column, f"column {table.name}.{column.name}"))
+        return out
+
+    def _normalized(self, table: TableDef, resolved: list[tuple[ddl.ColumnDef, str]], items: Any) -> dict[str, Any]:
+        """One row's values by column name, checked as _value() checks each (the same errors, in the same order)."""
+        values: dict[str, Any] = {}
+        for (column, where), item in zip(resolved, items, strict=True):
+            normalized = normalize(column.type, pb_to_python(item), where)
+            if normalized == COMMIT_TIMESTAMP_PLACEHOLDER:
+                normalized = self.commit_timestamp
+            if normalized is None and column.not_null:
+                raise QueryError("FAILED_PRECONDITION", f"{table.name}.{column.name} must not be NULL in table {table.name}.")
+            values[column.name] = normalized
+        return values
 
     def write(self, operation: str, table: TableDef, given: Mapping[str, Any]) -> None:
         values: dict[str, Any] = {}
         for name, value in given.items():
             column_name, normalized = self._value(table, name, value)
             values[column_name] = normalized
+        self._write_values(operation, table, values)
+
+    def _write_values(self, operation: str, table: TableDef, values: dict[str, Any]) -> None:
         if table.has_generated:
             generated.refuse_direct_writes(table.name, {c.name: c for c in table.columns}, list(values))
         missing = [name for name in table.key_names if name not in values]

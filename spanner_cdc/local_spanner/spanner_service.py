@@ -164,12 +164,11 @@ class SpannerService:
         else:  # Commit with single_use_transaction (the client's batch): its options come with it
             excluded = request.HasField("single_use_transaction") and excluded_from_change_streams(request.single_use_transaction)
         commit_ts = self.catalog.commit(session.database, request.mutations, tag, prepared, check, excluded=excluded)
+        if not request.return_commit_stats:  # the common answer, written directly (every commit's last step)
+            return wire.commit_response(commit_ts)
         response = CommitResponse.pb()()
         response.commit_timestamp.CopyFrom(pb_timestamp(commit_ts))
-        if request.return_commit_stats:
-            response.commit_stats.mutation_count = sum(
-                len(getattr(m, m.WhichOneof("operation")).values) or 1 for m in request.mutations
-            )
+        response.commit_stats.mutation_count = sum(len(getattr(m, m.WhichOneof("operation")).values) or 1 for m in request.mutations)
         return response.SerializeToString()
 
     def batch_write(self, request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:

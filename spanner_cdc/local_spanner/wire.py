@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 # field tags (field number << 3 | wire type)
@@ -23,6 +24,8 @@ _PRS_VALUE = b"\x12"  # PartialResultSet.values / ResultSet.rows
 _PRS_CHUNKED = b"\x18\x01"  # PartialResultSet.chunked_value = true
 _PRS_TOKEN = b"\x22"  # PartialResultSet.resume_token
 _pack_double = struct.Struct("<d").pack
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
 _SMALL = [bytes((n,)) for n in range(128)]
 # every length below 16 KiB has its varint precomputed: the hot path frames thousands of small messages
 VARINTS = _SMALL + [bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(128, 1 << 14)]
@@ -41,6 +44,21 @@ def varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def timestamp(seconds: int, nanos: int) -> bytes:
+    """google.protobuf.Timestamp bytes (fields at zero left out, as protobuf writes them)."""
+    out = b"\x08" + varint(seconds & 0xFFFFFFFFFFFFFFFF) if seconds else b""
+    return out + b"\x10" + varint(nanos) if nanos else out
+
+
+def commit_response(commit_timestamp: datetime) -> bytes:
+    """CommitResponse bytes with commit_timestamp alone (a naive datetime is UTC): every commit's answer."""
+    if commit_timestamp.tzinfo is None:
+        commit_timestamp = commit_timestamp.replace(tzinfo=UTC)
+    seconds, micros = divmod((commit_timestamp - _EPOCH) // _ONE_US, 1_000_000)
+    body = timestamp(seconds, micros * 1000)
+    return b"\x0a" + varint(len(body)) + body
 
 
 def string(text: str) -> bytes:

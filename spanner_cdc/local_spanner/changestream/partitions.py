@@ -14,6 +14,7 @@ from typing import Any
 KEY_SPACE = 1 << 64
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
+_json_string = json.encoder.encode_basestring_ascii  # json.dumps's own encoding of a str (ensure_ascii)
 
 
 def to_us(value: datetime) -> int:
@@ -35,8 +36,17 @@ def key_hash(table: str, key_values: Sequence[Any]) -> int:
 @lru_cache(maxsize=1 << 16)
 def _key_hash(table: str, key_values: tuple[Any, ...]) -> int:
     # cached: workloads write the same rows again and again (a key column has one type, so equal tuples hash alike)
-    text = json.dumps([table, list(key_values)], separators=(",", ":"), sort_keys=True, default=str)
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+    return int.from_bytes(hashlib.blake2b(key_text(table, key_values).encode(), digest_size=8).digest(), "big")
+
+
+def key_text(table: str, key_values: tuple[Any, ...]) -> str:
+    """The JSON text a key hashes: json.dumps([table, [values]]) without spaces, sorted keys, str() of what JSON
+    has no type for. Keys of text (STRING, and INT64 as the server holds it) and NULLs are written directly, the
+    same text for a fraction of json.dumps's cost (every new row's change record routes by it)."""
+    if all(type(value) is str or value is None for value in key_values):
+        parts = ["null" if value is None else _json_string(value) for value in key_values]
+        return f"[{_json_string(table)},[{','.join(parts)}]]"
+    return json.dumps([table, list(key_values)], separators=(",", ":"), sort_keys=True, default=str)
 
 
 @dataclass(eq=False)

@@ -159,3 +159,24 @@ def test_invalid_mutations_are_rejected_and_change_nothing(mutation: Any, code: 
     assert error.value.code == code
     assert fragment in str(error.value)
     assert data["T"] == before
+
+
+def test_a_write_gives_what_its_values_give_one_by_one_whatever_its_column_names() -> None:
+    """apply() looks a write's columns up once for all its rows: names in another case, a name given twice (the last
+    value counts, the other is never checked) and an unknown column after a bad value answer as write() does."""
+    data: dict[str, Rows] = {}
+    mixed = commit(data, write("insert", "T", ["k", "N", "v"], [1, 1, "a"], [2, 2, None]))
+    assert summary(mixed) == [
+        ("T", "INSERT", {"K": "1"}, None, {"V": "a", "N": "1", "At": None}, ("V", "N", "At")),
+        ("T", "INSERT", {"K": "2"}, None, {"V": None, "N": "2", "At": None}, ("V", "N", "At")),
+    ]
+    twice = commit(data, write("update", "T", ["K", "N", "N"], [1, "not a number", 5]))
+    assert summary(twice) == [("T", "UPDATE", {"K": "1"}, {"V": "a", "N": "1", "At": None}, {"V": "a", "N": "5", "At": None}, ("N",))]
+    for columns, row, fragment in ((["K", "N", "Z"], [3, "four", 1], "expected INT64"), (["K", "Z", "N"], [3, 1, "four"], "Column not found")):
+        with pytest.raises(QueryError, match=fragment):
+            MutationSet(schema(), data, COMMIT_TS).apply([write("insert", "T", columns, row)])
+    one_by_one = MutationSet(schema(), data, COMMIT_TS)
+    one_by_one.write("insert_or_update", schema().tables["T"], {"K": "7", "V": "x", "N": "1", "At": "2024-05-01T00:00:00.000Z"})
+    at_once = MutationSet(schema(), data, COMMIT_TS)
+    at_once.apply([write("insert_or_update", "T", ["K", "V", "N", "At"], [7, "x", 1, "2024-05-01T00:00:00.000Z"])])
+    assert summary(at_once) == summary(one_by_one)

@@ -160,3 +160,19 @@ def test_mod_values_are_jsons_text_whether_msgspec_or_json_writes_them(postgres:
     record["data_change_record"]["column_types"][2]["type"] = column_type
     generic, fast = RecordEncoder(postgres), FastRecordEncoder(postgres)
     assert fast.encode(record) == generic.encode(record) == wire.encode(generic.row(record))
+
+
+@pytest.mark.parametrize(
+    "when",
+    [COMMIT, datetime(2024, 1, 1, tzinfo=UTC), datetime(1970, 1, 1, tzinfo=UTC), datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+     datetime(2026, 11, 26, 15, 0, 0, 999999), datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)],
+)
+def test_a_commit_response_written_directly_is_the_one_protobuf_writes(when: datetime) -> None:
+    from google.cloud.spanner_v1.types import CommitResponse
+
+    from spanner_cdc.local_spanner.values import pb_timestamp
+
+    expected = CommitResponse.pb()()
+    expected.commit_timestamp.CopyFrom(pb_timestamp(when))
+    assert wire.commit_response(when) == expected.SerializeToString()
+    assert CommitResponse.pb().FromString(wire.commit_response(when)).commit_timestamp.ToDatetime(tzinfo=UTC) == pb_timestamp(when).ToDatetime(tzinfo=UTC)
