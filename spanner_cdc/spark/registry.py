@@ -22,7 +22,8 @@ def register(session: SparkSession, *sources: Any) -> None:
                 _registered.add(key)
 
 
-def forget() -> None:
-    """The sessions are stopped: a new session (which may reuse an id) registers its sources again."""
+def forget(keep: Any = ()) -> None:
+    """The sessions but those in `keep` are stopped: a new session (which may reuse an id) registers its sources again."""
+    kept = {id(session) for session in keep}
     with _lock:
-        _registered.clear()
+        _registered.difference_update({key for key in _registered if key[0] not in kept})

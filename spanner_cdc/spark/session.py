@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
@@ -432,17 +432,27 @@ def ensure_source_registered(session: SparkSession) -> None:
     registry.register(session, SpannerChangeStreamDataSource, SpannerSnapshotDataSource, StateDataSource)
 
 
-def stop_sessions() -> None:
-    """Stop the sessions this process created (a Connect session only disconnects; the server lives on).
+def live_sessions() -> list[SparkSession]:
+    """The sessions this process has open now: a command run in a process that already had them (a caller of `main`
+    in its own process, such as the test suite) leaves these running when it ends (`stop_sessions(keep=...)`)."""
+    with _lock:
+        return [session for session in _sessions.values() if _alive(session)]
+
+
+def stop_sessions(keep: Sequence[SparkSession] = ()) -> None:
+    """Stop the sessions this process created (a Connect session only disconnects; the server lives on), except
+    those in `keep` (by identity: the ones the process had before a command started, which are its caller's).
 
     A start no run took (a run that failed while planning, or found nothing to extract) is not waited for: it is
     forgotten, with what it would have shown, and its driver ends with this process (Spark's gateway exits when its
     stdin closes); in a process that goes on, it becomes the process's session as any start does."""
+    keep = [session for session in keep if _alive(session)]
     with _lock:
         _starting.clear()
-        stopping = list(_sessions.items())
-        _sessions.clear()
-    registry.forget()
+        stopping = [(master, session) for master, session in _sessions.items() if not any(session is k for k in keep)]
+        for master, _ in stopping:
+            del _sessions[master]
+    registry.forget(keep)
     for master, session in stopping:
         try:
             session.stop()

@@ -122,8 +122,9 @@ def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.cli.commands.read import parse_timestamp
     from spanner_cdc.devstack.embedded_pg import with_dev_store
     from spanner_cdc.lake.layout import check_output_root
-    from spanner_cdc.spark.session import check_java, start_in_background, stop_sessions
+    from spanner_cdc.spark.session import check_java, live_sessions, start_in_background, stop_sessions
 
+    callers = live_sessions()  # this process's before the command (an in-process caller's): they stay open
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are per connection, not ours
     settings = resolve_settings(args)
     start = parse_timestamp(args.window_start, "--window-start")
@@ -149,7 +150,7 @@ def handle(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.finish()
-        stop_sessions()
+        stop_sessions(keep=callers)
     if args.json:
         extra = {"current_state": [s.to_json() for s in states]} if args.current_state else {}
         print(json.dumps({**summary.to_json(), **extra}, indent=2, sort_keys=True, default=str))

@@ -44,8 +44,9 @@ def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.devstack.embedded_pg import with_dev_store
     from spanner_cdc.extract.snapshot import run_snapshot
     from spanner_cdc.lake.layout import check_output_root
-    from spanner_cdc.spark.session import check_java, stop_sessions
+    from spanner_cdc.spark.session import check_java, live_sessions, stop_sessions
 
+    callers = live_sessions()  # this process's before the command (an in-process caller's): they stay open
     logging.getLogger("py4j").setLevel(logging.WARNING)
     settings = resolve_settings(args)
     at = parse_timestamp(args.at, "--at") if args.at else None
@@ -55,7 +56,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         summary = run_snapshot(settings, at=at)
     finally:
-        stop_sessions()
+        stop_sessions(keep=callers)
     if args.json:
         print(json.dumps(summary.to_json(), indent=2, sort_keys=True))
     else:

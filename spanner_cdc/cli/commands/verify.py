@@ -71,8 +71,9 @@ def handle(args: argparse.Namespace) -> int:
     from spanner_cdc.errors import ConfigError
     from spanner_cdc.extract.verify import run_verify
     from spanner_cdc.lake.verify_rows import check_fraction
-    from spanner_cdc.spark.session import check_java, stop_sessions
+    from spanner_cdc.spark.session import check_java, live_sessions, stop_sessions
 
+    callers = live_sessions()  # this process's before the command (an in-process caller's): they stay open
     logging.getLogger("py4j").setLevel(logging.WARNING)
     fraction = check_fraction(args.fraction)
     window_end = parse_timestamp(args.window_end, "--window-end") if args.window_end else None
@@ -84,7 +85,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         result = run_verify(settings, window_end=window_end, fraction=fraction, seed=args.seed)
     finally:
-        stop_sessions()
+        stop_sessions(keep=callers)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=True))
     else:

@@ -137,3 +137,38 @@ def test_asking_again_while_a_start_is_under_way_does_not_wait_for_it(monkeypatc
     release.set()
     assert waited == (False, False)
     assert session.spark_session("local[2]").master == "local[2]"  # the start, up by now, is the process's session
+
+
+def test_a_command_stops_the_sessions_it_opened_and_leaves_its_callers_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command run by `main` in a process that already had a session (a caller's: the test suite's) leaves that one
+    open, under every master it answered for, and stops the ones it opened; the stopped ones' sources are forgotten."""
+    from spanner_cdc.spark import registry
+
+    class Fake:
+        def __init__(self) -> None:
+            self.is_stopped = False
+            self.dataSource = SimpleNamespace(register=lambda source: None)
+
+        def stop(self) -> None:
+            self.is_stopped = True
+
+    class Source:
+        @staticmethod
+        def name() -> str:
+            return "fake_source"
+
+    callers, ours = Fake(), Fake()
+    monkeypatch.setattr(session, "_starting", {})
+    monkeypatch.setattr(session, "_sessions", {"local[2]": callers})
+    monkeypatch.setattr(registry, "_registered", set())
+    kept = session.live_sessions()
+    assert kept == [callers]
+    session._sessions.update({"local[1]": callers, "sc://127.0.0.1:1": ours})  # the command's master, its Connect session
+    registry.register(callers, Source)
+    registry.register(ours, Source)
+    session.stop_sessions(keep=kept)
+    assert (callers.is_stopped, ours.is_stopped) == (False, True)
+    assert session._sessions == {"local[2]": callers, "local[1]": callers}
+    assert registry._registered == {(id(callers), "fake_source")}
+    session.stop_sessions()  # the caller's own stop, at its end: everything
+    assert callers.is_stopped and session._sessions == {} and registry._registered == set()
