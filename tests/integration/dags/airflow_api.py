@@ -10,18 +10,21 @@ from typing import Any
 
 
 class Api:
-    """Airflow's REST API with a token from the simple auth manager (every user is admin on the embedded stack)."""
+    """Airflow's REST API with a token from the simple auth manager (every user is admin on the embedded stack).
+
+    Its requests wait up to two minutes: on a loaded 2-core machine the api-server's first answers take half a minute.
+    """
 
     def __init__(self, url: str) -> None:
         self.url = url
-        with urllib.request.urlopen(f"{url}/auth/token", timeout=30) as response:  # GET: no credentials needed
+        with urllib.request.urlopen(f"{url}/auth/token", timeout=120) as response:  # GET: no credentials needed
             self.token = json.load(response)["access_token"]
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(f"{self.url}{path}", method=method, data=data, headers={
             "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})  # fmt: skip
-        with urllib.request.urlopen(request, timeout=60) as response:
+        with urllib.request.urlopen(request, timeout=120) as response:
             return json.load(response)
 
     def unpause(self, dag_id: str, timeout: float = 120) -> None:
