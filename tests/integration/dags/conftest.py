@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from spanner_cdc.devstack import airflow_env
 from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres
 from spanner_cdc.settings import Settings
+from tests.fixtures.airflow_db import prepare_copied
 
 HOUR = dt.timedelta(hours=1)
 PROJECT, INSTANCE, DATABASE = "local-project", "local-instance", "e2e"
@@ -45,16 +45,18 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, embedded_postgres: EmbeddedPostgres | None, pg_url: str) -> Iterator[Stack]:
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, embedded_postgres: EmbeddedPostgres | None, pg_url: str,
+    migrated_airflow_db: Callable[[], tuple[str, str]],
+) -> Iterator[Stack]:  # fmt: skip
     home = tmp_path_factory.mktemp("stack")
-    airflow_db = None
-    if embedded_postgres is not None:
-        airflow_db = embedded_postgres.create_database("af_" + uuid.uuid4().hex[:10])
     settings = Settings(home=home, metadata_url=pg_url, output_root=home / "lake")
-    env = airflow_env.prepare(settings, airflow_db_url=airflow_db or pg_url)
-    yield Stack(env=env, home=home, lineage_url=pg_url)
-    if embedded_postgres is not None and airflow_db is not None:
-        embedded_postgres.drop_database(airflow_db.rsplit("/", 1)[1])
+    if embedded_postgres is None:  # an external server: Airflow's tables in the store's database, migrated here
+        yield Stack(env=airflow_env.prepare(settings, airflow_db_url=pg_url), home=home, lineage_url=pg_url)
+        return
+    airflow_db, airflow_db_url = migrated_airflow_db()  # a copy of the run's migrated Airflow database
+    yield Stack(env=prepare_copied(settings, airflow_db_url), home=home, lineage_url=pg_url)
+    embedded_postgres.drop_database(airflow_db)
 
 
 def write_config(path: Path, start: dt.datetime) -> None:

@@ -424,12 +424,29 @@ def test_each_closed_window_gets_a_current_state_equal_to_the_source_at_its_end_
     assert [(e["task"], e["extra"]) for e in by_state] == [("current_state", s) for s in made]
 
 
+def _refused_confs(history: History) -> dict[str, dict[str, Any]]:
+    """Backfill forms the DAG must refuse, by what is wrong with them."""
+    start, end = history.windows[0][0], history.windows[-1][1]
+    return {
+        "reversed": {"stream": STREAM_NAME, "start": end.isoformat(), "end": start.isoformat()},
+        "too old": {"stream": STREAM_NAME, "start": (start - dt.timedelta(days=30)).isoformat(), "end": end.isoformat()},
+        "future": {"stream": STREAM_NAME, "start": start.isoformat(), "end": (end + dt.timedelta(days=400)).isoformat()},
+        "not a date": {"stream": STREAM_NAME, "start": "yesterday", "end": end.isoformat()},
+        "unknown stream": {"stream": "nope", "start": start.isoformat(), "end": end.isoformat()},
+        "heartbeat": {"stream": STREAM_NAME, "start": start.isoformat(), "end": end.isoformat(), "heartbeat_ms": 10},
+    }
+
+
 @pytest.fixture(scope="module")
 def backfill(stack: Stack, history: History, hourly_runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A backfill of the two windows, then the refused forms, in one child process (one Airflow start, not two)."""
     before = _lineage_snapshot(stack.lineage_url, "live")
     conf = {"stream": STREAM_NAME, "start": history.windows[0][0].isoformat(), "end": history.windows[-1][1].isoformat()}
-    runs = stack.run([{"dag_id": "spanner_cdc_backfill", "conf": conf}], "backfill")
-    return {"runs": runs, "before": before, "after": _lineage_snapshot(stack.lineage_url, "live")}
+    refused = _refused_confs(history)
+    jobs = [{"dag_id": "spanner_cdc_backfill", "conf": c} for c in (conf, *refused.values())]
+    runs = stack.run(jobs, "backfill")
+    return {"runs": runs[:1], "refused": dict(zip(refused, runs[1:], strict=True)), "before": before,
+            "after": _lineage_snapshot(stack.lineage_url, "live")}  # fmt: skip
 
 
 def test_a_backfill_lands_the_same_changes_in_its_own_namespace(
@@ -457,17 +474,8 @@ def test_a_backfill_lands_the_same_changes_in_its_own_namespace(
 
 def test_bad_backfill_forms_are_refused_with_a_clear_message(stack: Stack, history: History, backfill: dict[str, Any]) -> None:
     start, end = history.windows[0][0], history.windows[-1][1]
-    confs = {
-        "reversed": {"stream": STREAM_NAME, "start": end.isoformat(), "end": start.isoformat()},
-        "too old": {"stream": STREAM_NAME, "start": (start - dt.timedelta(days=30)).isoformat(), "end": end.isoformat()},
-        "future": {"stream": STREAM_NAME, "start": start.isoformat(), "end": (end + dt.timedelta(days=400)).isoformat()},
-        "not a date": {"stream": STREAM_NAME, "start": "yesterday", "end": end.isoformat()},
-        "unknown stream": {"stream": "nope", "start": start.isoformat(), "end": end.isoformat()},
-        "heartbeat": {"stream": STREAM_NAME, "start": start.isoformat(), "end": end.isoformat(), "heartbeat_ms": 10},
-    }
-    runs = stack.run([{"dag_id": "spanner_cdc_backfill", "conf": conf} for conf in confs.values()], "refused")
-    results = dict(zip(confs, runs, strict=True))
-    log = stack.log_path("refused").read_text()
+    results = backfill["refused"]  # run after the backfill, in its child process (its log)
+    log = stack.log_path("backfill").read_text()
     for name in ("reversed", "too old", "future"):
         assert results[name]["state"] == "failed", name
         assert results[name]["tasks"] == {"validate": "failed", "extract_windows": "upstream_failed"}, name

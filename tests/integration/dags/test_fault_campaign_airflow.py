@@ -6,9 +6,8 @@ import datetime as dt
 import signal
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,9 @@ from spanner_cdc.devstack.demo_truth import truth_identities
 from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres, free_port
 from spanner_cdc.settings import Settings
 from spanner_cdc.store import MetadataStore
+from tests.fixtures.airflow_db import prepare_copied
 from tests.fixtures.postgres import PrivatePostgres
+from tests.integration.dags.airflow_api import Api
 from tests.integration.extract.fault_campaign import (
     CHANGE_STREAM,
     INSTANCE,
@@ -134,15 +135,15 @@ def _kill_an_extract_mid_run(db: AirflowDb, store_url: str, deadline: float) -> 
 @pytest.fixture(scope="module")
 def airflow_campaign(
     history: History, private_postgres: PrivatePostgres, embedded_postgres: EmbeddedPostgres | None,
-    spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory,
+    spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Callable[[], tuple[str, str]],
 ) -> Iterator[Outcome]:  # fmt: skip
     if embedded_postgres is None:
         pytest.skip("Airflow's own database is made on the embedded Postgres (SPANNER_CDC_METADATA_URL is set)")
     started = time.monotonic()
     home = tmp_path_factory.mktemp("airflow-campaign")
-    airflow_db = "af_" + uuid.uuid4().hex[:10]
+    airflow_db, airflow_db_url = migrated_airflow_db()
     settings = Settings(home=home, metadata_url=private_postgres.url, output_root=home / "lake")
-    env = airflow_env.prepare(settings, api_port=free_port(), airflow_db_url=embedded_postgres.create_database(airflow_db))
+    env = prepare_copied(settings, airflow_db_url, api_port=free_port())
     config = home / "streams.toml"
     write_config(config, history.windows[0][0])
     extra = {
@@ -156,10 +157,7 @@ def airflow_campaign(
 
     def unpause(url: str, logs: Path) -> None:
         # only once the api-server answers: a task queued before it would fail to start (and wait for a retry)
-        for _ in range(120):
-            if env.airflow(["dags", "unpause", DAG_ID], check=False).returncode == 0:
-                return
-            time.sleep(1.0)  # the dag-processor has not parsed the DAG yet
+        Api(url).unpause(DAG_ID)
 
     service = threading.Thread(target=airflow_env.serve, kwargs={"env": env, "extra_env": extra, "stop": stop,
                                "on_ready": unpause}, name="airflow-services", daemon=True)  # fmt: skip

@@ -13,10 +13,8 @@ import hashlib
 import json
 import threading
 import time
-import urllib.request
-import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,8 @@ from spanner_cdc.devstack.demo_truth import truth_identities
 from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres, free_port
 from spanner_cdc.settings import Settings
 from spanner_cdc.store import MetadataStore
+from tests.fixtures.airflow_db import prepare_copied
+from tests.integration.dags.airflow_api import Api
 from tests.integration.extract.fault_campaign import CHANGE_STREAM, INSTANCE, PROJECT, History, past_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(330), pytest.mark.timeout(1200)]
@@ -68,22 +68,6 @@ class Paths:
     lineage_events: list[dict[str, Any]]  # what the OpenLineage file transport wrote
     events_of_the_demo_run: int  # files in the transport's folder after the demo's run, before the services start
     manifest: list[Any]  # the live lineage's published files
-
-
-class Api:
-    """Airflow's REST API with a token from the simple auth manager (every user is admin on the embedded stack)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        with urllib.request.urlopen(f"{url}/auth/token", timeout=30) as response:  # GET: no credentials needed
-            self.token = json.load(response)["access_token"]
-
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}{path}", method=method, data=data, headers={
-            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})  # fmt: skip
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.load(response)
 
 
 class AirflowDb:
@@ -134,14 +118,14 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
 @pytest.fixture(scope="module")
 def paths(
     history: History, pg_url: str, embedded_postgres: EmbeddedPostgres | None, spark_connect_server: Any,
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Callable[[], tuple[str, str]],
 ) -> Iterator[Paths]:
     if embedded_postgres is None:
         pytest.skip("Airflow's own database is made on the embedded Postgres (SPANNER_CDC_METADATA_URL is set)")
     home = tmp_path_factory.mktemp("airflow-paths")
-    airflow_db = "af_" + uuid.uuid4().hex[:10]
+    airflow_db, airflow_db_url = migrated_airflow_db()
     settings = Settings(home=home, metadata_url=pg_url, output_root=home / "lake")
-    env = airflow_env.prepare(settings, api_port=free_port(), airflow_db_url=embedded_postgres.create_database(airflow_db))
+    env = prepare_copied(settings, airflow_db_url, api_port=free_port())
     config = home / "streams.toml"
     first, second = history.windows
     write_config(config, first[0], second[0])
@@ -171,11 +155,8 @@ def paths(
     stop = threading.Event()
 
     def unpause(url: str, logs: Path) -> None:
-        for _ in range(120):
-            if env.airflow(["dags", "unpause", DAG_ID], check=False).returncode == 0:
-                break
-            time.sleep(1.0)  # the dag-processor has not parsed the DAG yet
         api.append(Api(url))
+        api[0].unpause(DAG_ID)
 
     service = threading.Thread(target=airflow_env.serve, kwargs={"env": env, "extra_env": {**extra, **lineage_env}, "stop": stop,
                                "on_ready": unpause}, name="airflow-services", daemon=True)  # fmt: skip
