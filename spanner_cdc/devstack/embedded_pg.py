@@ -8,6 +8,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -112,13 +113,22 @@ def _as_root() -> bool:
     return platform.system() != "Windows" and os.geteuid() == 0
 
 
+# As root, a Postgres program runs as SYSTEM_USER through a small Python that drops to it and execs the program.
+# subprocess.run(user=...) would fork() the calling process instead of vfork(), and fork() runs the atfork handlers
+# of what the process has loaded: in a process with a live gRPC channel (the Spanner client, a Spark Connect session)
+# gRPC restarts its pollers in the child, which died with SIGSEGV before its exec (seen in CI on `pg_ctl start`).
+# The switch is the one subprocess made: setreuid only, the group left as it was.
+_AS_SYSTEM_USER = "import os, sys; uid = int(sys.argv[1]); os.setreuid(uid, uid); os.execv(sys.argv[2], sys.argv[2:])"
+
+
 def _run(program: str, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-    kwargs: dict[str, object] = {}
+    command = [_bin(program), *args]
     if _as_root():
-        kwargs["user"] = SYSTEM_USER
-    return subprocess.run(
-        [_bin(program), *args], check=check, capture_output=True, text=True, timeout=120, **kwargs  # type: ignore[call-overload]
-    )
+        import pwd
+
+        uid = pwd.getpwnam(SYSTEM_USER).pw_uid
+        command = [sys.executable, "-I", "-S", "-c", _AS_SYSTEM_USER, str(uid), *command]
+    return subprocess.run(command, check=check, capture_output=True, text=True, timeout=120)
 
 
 def _prepare_root_permissions(data_dir: Path) -> None:
