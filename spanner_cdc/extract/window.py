@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError, setting
+from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.planning import check_retention, effective_start, root_partitions
 from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims
 from spanner_cdc.extract.wave import extract_wave
@@ -311,6 +312,7 @@ def extract_tokens(
             log.info("%s: %d token(s) not claimable (done, or leased by another worker): %s", stream, len(skipped), ", ".join(short_token(t) for t in skipped))
         if not claims:
             return []
+        failpoint("after_claim")
         job = ExtractJob(
             store=store,
             spark=spark,
@@ -548,6 +550,7 @@ def run_window(
             continue
         tasks = ready_tasks(settings, start, end)
     phases["waves_s"] = time.monotonic() - extracting
+    failpoint("before_close")
     summary = close_window(settings, start, end)
     summary.phases = {**phases, "close_s": summary.elapsed_s}  # close_window's own time
     summary.waves, summary.extracted_tokens = waves, extracted

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner
+from spanner_cdc.extract.failpoints import FAILPOINT_ENV
 
 HOUR = dt.timedelta(hours=1)
 PROJECT, INSTANCE = "local-project", "local-instance"
@@ -95,6 +96,7 @@ class Run:
     started: float
     killed: bool = False
     in_flight: bool = False  # killed while it held a claimed token
+    stopped: bool = False  # killed while stopped at one of its failpoints (SPANNER_CDC_FAILPOINT's "stop")
     returncode: int | None = None
     elapsed_s: float = 0.0
 
@@ -113,6 +115,27 @@ class Run:
         self.killed = True
         return True
 
+    def is_stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP at a failpoint): its state in /proc is T."""
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat[stat.rindex(")") + 2 :].startswith("T")
+
+    def wait_stopped(self, timeout: float = 300) -> bool:
+        """Poll until the process stops at a failpoint (True), or ends or the timeout passes (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if self.is_stopped():
+                return True
+            time.sleep(0.02)
+        return False
+
+    def resume(self) -> None:
+        """SIGCONT a run stopped at a failpoint."""
+        os.killpg(self.process.pid, signal.SIGCONT)
+
     def wait(self, timeout: float = 300) -> int:
         try:
             self.returncode = self.process.wait(timeout)
@@ -124,7 +147,9 @@ class Run:
         return self.returncode
 
     def __str__(self) -> str:
-        how = "killed" + (" (token in flight)" if self.in_flight else "") if self.killed else f"exit {self.returncode}"
+        how = f"exit {self.returncode}"
+        if self.killed:
+            how = "killed" + (" at a failpoint" if self.stopped else "") + (" (token in flight)" if self.in_flight else "")
         return f"{self.label}: {how} after {self.elapsed_s:.1f} s"
 
     def err(self) -> str:
@@ -146,14 +171,16 @@ class Extracts:
     logs: Path
     runs: list[Run] = field(default_factory=list)
 
-    def start(self, window: tuple[dt.datetime, dt.datetime], label: str) -> Run:
+    def start(self, window: tuple[dt.datetime, dt.datetime], label: str, failpoints: str = "") -> Run:
+        """A run of the window; `failpoints` is its SPANNER_CDC_FAILPOINT (e.g. a point where it stops)."""
         n = len(self.runs)
         out, err = self.logs / f"{n:03d}-{label}.out", self.logs / f"{n:03d}-{label}.err"
         command = [SPANNER_CDC, "extract", "--window-start", window[0].isoformat(), "--window-end", window[1].isoformat(),
                    "--json"]  # fmt: skip
         with out.open("wb") as stdout, err.open("wb") as stderr:
             # a session of its own: the kill takes the whole group, and only it (not the Connect server)
-            process = subprocess.Popen(command, env=self.env, cwd=REPO, stdout=stdout, stderr=stderr,
+            env = {**self.env, FAILPOINT_ENV: failpoints} if failpoints else self.env
+            process = subprocess.Popen(command, env=env, cwd=REPO, stdout=stdout, stderr=stderr,
                                        stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         run = Run(f"{n:03d}-{label}", process, out, err, time.monotonic())
         self.runs.append(run)
@@ -173,16 +200,6 @@ def holds_claim(store_url: str, run: Run) -> bool:
         return any(
             p.state == "RUNNING" and f":{run.pid}:" in (p.lease_owner or "") for p in store.partitions(lineage.id)
         )
-
-
-def wait_for_claim(store_url: str, run: Run, timeout: float = 60) -> bool:
-    """Poll until the run holds a claim (True) or ends / times out (False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and run.process.poll() is None:
-        if holds_claim(store_url, run):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def fail_reads(host: str, reads: int, after_rows: int) -> None:

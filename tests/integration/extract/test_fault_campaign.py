@@ -32,7 +32,6 @@ from tests.integration.extract.fault_campaign import (
     secret_forms,
     store_rows_containing,
     traceback_in,
-    wait_for_claim,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(280), pytest.mark.timeout(900)]
@@ -40,6 +39,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(280),
 SEED_ENV = "SPANNER_CDC_CAMPAIGN_SEED"
 DEFAULT_SEED = 20261123
 KILLS_PER_WINDOW = 7
+IN_FLIGHT_KILLS_PER_WINDOW = 2
+# where a run holds a claimed token and has committed nothing of it
+HOLDING_POINTS = ("after_claim", "after_job", "after_publish")
+BACKSTOP = "before_close:1:stop"
 
 
 @dataclass
@@ -93,20 +96,27 @@ def seed() -> int:
     return int(os.environ.get(SEED_ENV) or DEFAULT_SEED)
 
 
-def _kill_at_random(extracts: Extracts, window: Any, label: str, rng: random.Random, figures: Figures, url: str) -> None:
-    """Either at a random moment after the start (import, plan, catch-up, a job) or one after its first claim."""
-    run = extracts.start(window, label)
-    if rng.random() < 0.5:
-        deadline = run.started + rng.uniform(0.5, 6.0)
-        while time.monotonic() < deadline and run.process.poll() is None:
-            time.sleep(0.02)
-    elif wait_for_claim(url, run):
-        time.sleep(rng.uniform(0.0, 2.5))
-    in_flight = run.process.poll() is None and holds_claim(url, run)
+def _kill(extracts: Extracts, window: Any, label: str, rng: random.Random, figures: Figures, url: str, *,
+          in_flight: bool) -> None:  # fmt: skip
+    """Kill one run of the window, at a failpoint of the extract or at a random moment after its start.
+
+    Every kill run stops before its window's close at the latest (BACKSTOP), so however fast it goes it cannot end
+    before its kill, and no kill run closes a window. `in_flight` kills stop at a point where the run holds a claimed
+    token and nothing of it is committed; the others stop at any point (a commit included) or die at a random moment.
+    """
+    if in_flight:
+        stop_at = f"{rng.choice(HOLDING_POINTS)}:1:stop"
+    elif rng.random() < 0.5:
+        stop_at = f"{rng.choice((*HOLDING_POINTS, 'after_commit'))}:{rng.randint(1, 3)}:stop"
+    else:
+        stop_at = ""
+    run = extracts.start(window, label, failpoints=",".join(filter(None, (stop_at, BACKSTOP))))
+    run.stopped = run.wait_stopped(timeout=300 if stop_at else rng.uniform(0.5, 6.0))
+    holding = run.process.poll() is None and holds_claim(url, run)
     if run.kill_group():
         figures.kills += 1
-        figures.kills_in_flight += in_flight
-        run.in_flight = in_flight
+        figures.kills_in_flight += holding
+        run.in_flight = holding
     run.wait()
 
 
@@ -140,22 +150,25 @@ def _campaign(private_postgres: PrivatePostgres, history: History, connect: Any,
         for k in range(KILLS_PER_WINDOW):
             if k == 2:  # some reads of the next runs fail part-way, the client resumes them
                 fail_reads(history.server.host, reads=rng.randint(2, 4), after_rows=rng.randint(0, 40))
-            _kill_at_random(extracts, window, f"w{number}-kill{k}", rng, figures, url)
+            if number == 2 and k == 2:
+                # the metadata store goes away and comes back while a run holds a token: the run stops at its first
+                # claim (the kills before it committed nothing), Postgres restarts, the run goes on
+                run = extracts.start(window, f"w{number}-pg-restart", failpoints="after_claim:1:stop")
+                in_flight = run.wait_stopped() and holds_claim(url, run)
+                private_postgres.restart()
+                figures.postgres_restarts += 1
+                figures.postgres_restarts_in_flight += in_flight
+                run.resume()
+                run.wait()
+                outcome.restarted.append(run)
+            # the first kills of a window hold a token: nothing before them in the window committed anything
+            _kill(extracts, window, f"w{number}-kill{k}", rng, figures, url, in_flight=k < IN_FLIGHT_KILLS_PER_WINDOW)
         if number == 1:  # the same window twice at once
             pair = [extracts.start(window, f"w{number}-concurrent{n}") for n in range(2)]
             figures.concurrent_runs += len(pair)
             outcome.concurrent = pair
             for run in pair:
                 run.wait()
-        if number == 2:  # the metadata store goes away and comes back while a run holds a token
-            run = extracts.start(window, f"w{number}-pg-restart")
-            in_flight = wait_for_claim(url, run)
-            time.sleep(rng.uniform(0.0, 1.0))
-            private_postgres.restart()
-            figures.postgres_restarts += 1
-            figures.postgres_restarts_in_flight += in_flight and run.process.poll() is None
-            run.wait()
-            outcome.restarted.append(run)
         # the finishing run's first reads fail before their first row: whatever is left of the window, the fault
         # fires (a mid-stream fault fires only on a read longer than its row count, which the kills may leave none of)
         fail_reads(history.server.host, reads=rng.randint(1, 3), after_rows=0)

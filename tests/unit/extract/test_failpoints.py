@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import ast
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,3 +68,49 @@ def test_failpoints_do_nothing_unless_asked(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(failpoints.FAILPOINT_ENV, "after_commit:3")
     failpoints.failpoint("after_publish")  # another point: no effect
     assert "after_publish" not in failpoints._hits
+
+
+@pytest.mark.parametrize(
+    ("spec", "parsed"),
+    [
+        ("after_commit", [("after_commit", 1, "kill")]),
+        ("after_commit:3", [("after_commit", 3, "kill")]),
+        ("after_claim:stop", [("after_claim", 1, "stop")]),
+        ("after_job:2:stop, before_close", [("after_job", 2, "stop"), ("before_close", 1, "kill")]),
+    ],
+)
+def test_a_spec_names_points_hits_and_actions(spec: str, parsed: list[tuple[str, int, str]]) -> None:
+    assert failpoints.parse(spec) == parsed
+
+
+@pytest.mark.parametrize("spec", ["after_commit:0", "after_commit:pause", "after_commit:-1"])
+def test_a_bad_spec_names_the_field_and_what_is_accepted(spec: str) -> None:
+    with pytest.raises(ValueError, match=r"SPANNER_CDC_FAILPOINT: .* neither a hit count .* \(kill, stop\)"):
+        failpoints.parse(spec)
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
+def test_a_stop_failpoint_stops_the_process_at_its_hit_until_it_is_continued() -> None:
+    code = (
+        "from spanner_cdc.extract.failpoints import failpoint\n"
+        "for n in range(3):\n"
+        "    print(n, flush=True)\n"
+        "    failpoint('after_job')\n"
+        "print('done', flush=True)\n"
+    )
+    env = {**os.environ, failpoints.FAILPOINT_ENV: "after_job:2:stop"}
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    try:
+        assert [child.stdout.readline().strip() for _ in range(2)] == ["0", "1"]
+        while _state(child.pid) != "T":  # it stops at the second hit; pytest-timeout bounds the wait
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGCONT)
+        rest, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 0 and rest.split() == ["2", "done"]
