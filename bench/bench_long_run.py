@@ -139,10 +139,10 @@ def store_rows(url: str) -> dict[str, int]:
 def listed_sizes(settings: Settings) -> tuple[int, float, float]:
     """The manifest's files: their number, median size, and median of size / min(target, its table's bytes in its
     window) (1 when each window's table is in files of the target size, or in one file when it holds less)."""
-    from spanner_cdc.extract.window import _store, _stream
+    from spanner_cdc.extract.inputs import store_of, stream_of
 
-    with _store(settings) as store:
-        files = store.manifest(store.get_lineage(_stream(settings), settings.namespace).id)
+    with store_of(settings) as store:
+        files = store.manifest(store.get_lineage(stream_of(settings), settings.namespace).id)
     totals: dict[tuple[Any, str], int] = {}
     for f in files:
         totals[(f.window_start, f.table_name or "")] = totals.get((f.window_start, f.table_name or ""), 0) + f.bytes
@@ -153,12 +153,13 @@ def listed_sizes(settings: Settings) -> tuple[int, float, float]:
 def plan_and_claim_s(settings: Settings, start: datetime, end: datetime) -> float:
     """Plan the next window and claim its ready tokens, as a run does; the probe's claims are released at once (its
     attempts are taken over by the run that extracts the window)."""
-    from spanner_cdc.extract.window import _store, plan_window
+    from spanner_cdc.extract.inputs import store_of
+    from spanner_cdc.extract.window import plan_window
 
     owner = f"bench-probe-{uuid.uuid4().hex[:6]}"
     began = time.perf_counter()
     plan = plan_window(settings, start, end)
-    with _store(settings) as store:
+    with store_of(settings) as store:
         claims = store.claim(plan.lineage_id, window_end=plan.window_end, owner=owner, lease=settings.lease,
                              tokens=[t.token for t in plan.ready])  # fmt: skip
         seconds = time.perf_counter() - began

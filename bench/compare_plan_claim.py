@@ -63,7 +63,10 @@ def worker(url: str, namespace: str, partitions: int, lake: str) -> dict[str, fl
         plan = window.plan_window(settings, WINDOW_START, WINDOW_END, source=source)
         planned = time.perf_counter()
     assert len(plan.ready) == partitions, len(plan.ready)
-    with window._store(settings) as store:  # as extract_tokens claims the tokens of a wave, by name
+    from spanner_cdc.store import open_store
+
+    # as extract_tokens claims the tokens of a wave, by name (open_store: the same in the previous tree)
+    with contextlib.closing(open_store(settings)) as store:
         claiming = time.perf_counter()
         lineage = store.get_lineage(settings.stream, namespace)
         claims = store.claim(lineage.id, window_end=WINDOW_END, owner="bench", lease=timedelta(minutes=10),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ExtractError, setting
 from spanner_cdc.extract.failpoints import failpoint
-from spanner_cdc.extract.window import _store, _stream, layout_of
+from spanner_cdc.extract.inputs import layout_of, store_of, stream_of
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.current_state import Column, SchemaFact, merge_facts, schema_facts, target_columns
 from spanner_cdc.lineage.rules import inclusive_end
@@ -322,8 +322,8 @@ def update_current_state(
     layout, keep = layout_of(settings), keep or settings.current_state_keep
     catalog = state_catalog(settings)
     try:
-        with _store(settings) as store:
-            lineage = store.get_lineage(_stream(settings), settings.namespace)
+        with store_of(settings) as store:
+            lineage = store.get_lineage(stream_of(settings), settings.namespace)
             windows = []
             for w in sorted(store.windows(lineage.id), key=lambda w: w.start):
                 if w.state != "COMPLETE" or (up_to is not None and w.end > up_to):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ExtractError
 from spanner_cdc.extract.failpoints import failpoint
-from spanner_cdc.extract.window import _store, _stream, layout_of
+from spanner_cdc.extract.inputs import layout_of, store_of, stream_of
 from spanner_cdc.lake import iceberg, storage
 from spanner_cdc.lake.layout import TABLE_KEY, LakeLayout, published_locations, window_dir
 from spanner_cdc.lake.markers import rewrite_marker
@@ -69,9 +69,9 @@ def maintain(settings: Settings, *, now: datetime | None = None) -> MaintainSumm
     files no one lists)."""
     started = time.monotonic()
     now = now or datetime.now(UTC)
-    stream, layout = _stream(settings), layout_of(settings)
+    stream, layout = stream_of(settings), layout_of(settings)
     summary = MaintainSummary(stream, settings.namespace)
-    with _store(settings) as store:
+    with store_of(settings) as store:
         lineage = store.get_lineage(stream, settings.namespace)
         opened = iceberg.open_changelog(settings, layout)
         try:

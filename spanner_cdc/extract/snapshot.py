@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import RetentionError, UsageError, setting
 from spanner_cdc.extract.failpoints import failpoint
+from spanner_cdc.extract.inputs import layout_of, store_of, stream_of, utc_given
 from spanner_cdc.extract.planning import check_retention, root_partitions
-from spanner_cdc.extract.window import _store, _stream, _utc, layout_of
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.layout import check_output_root
 from spanner_cdc.lake.snapshot import write_snapshot_marker
@@ -63,7 +63,7 @@ def server_now(database: Any) -> datetime:
     """The timestamp of a strong read now: Spanner's clock, not this machine's."""
     with database.snapshot(multi_use=True) as snap:
         list(snap.execute_sql("SELECT 1"))
-        return _utc(snap._transaction_read_timestamp, "read timestamp")
+        return utc_given(snap._transaction_read_timestamp, "read timestamp")
 
 
 def check_snapshot_time(database: Any, stream: str, at: datetime, now: datetime, retention: timedelta, namespace: str) -> None:
@@ -72,7 +72,7 @@ def check_snapshot_time(database: Any, stream: str, at: datetime, now: datetime,
         raise UsageError(f"snapshot timestamp {_z(at)} is in the future (Spanner's time is {_z(now)}): give {setting('at')} in the past, or leave it out for now")
     database.reload()
     earliest = database.earliest_version_time
-    if earliest is not None and at < _utc(earliest, "earliest_version_time"):
+    if earliest is not None and at < utc_given(earliest, "earliest_version_time"):
         raise RetentionError(
             f"snapshot timestamp {_z(at)} is older than database {database.database_id}'s oldest readable version "
             f"({_z(earliest)}; version_retention_period {database.version_retention_period or '1h'}): rows as of then are gone. "
@@ -83,7 +83,7 @@ def check_snapshot_time(database: Any, stream: str, at: datetime, now: datetime,
 
 def _begin(settings: Settings, store: MetadataStore, database: Any, meta: Any, dialect: str, at: datetime | None) -> tuple[int, datetime]:
     """The lineage and its snapshot's T0: the one begun before, or a new one checked and recorded with the lineage's roots."""
-    stream, namespace = _stream(settings), settings.namespace
+    stream, namespace = stream_of(settings), settings.namespace
     lineage = store.ensure_lineage(stream, namespace, database=database.name)
     existing = store.snapshot(lineage.id)
     if existing is not None:
@@ -128,7 +128,7 @@ def _read_table(settings: Settings, spark: Any, database: Any, table: WatchedTab
         shared = batch.to_dict()
         spec = SnapshotJobSpec(
             project=settings.project, instance=settings.instance, database=settings.database, emulator_host=settings.emulator_host,
-            stream=_stream(settings), namespace=settings.namespace, output_root=str(settings.output_root), table=table.name,
+            stream=stream_of(settings), namespace=settings.namespace, output_root=str(settings.output_root), table=table.name,
             sql=sql, keys=json.dumps(list(table.keys)), ordinals=json.dumps(dict(table.ordinals)), value_capture_type=capture,
             at=at, session_id=shared["session_id"], transaction_id=base64.b64encode(shared["transaction_id"]).decode(),
             partitions=json.dumps([base64.b64encode(p["partition"]).decode() for p in parts]),
@@ -146,13 +146,13 @@ def run_snapshot(settings: Settings, *, at: datetime | None = None) -> SnapshotS
     from spanner_cdc.spark.session import spark_session
 
     began = time.monotonic()
-    stream, layout = _stream(settings), layout_of(settings)
-    at = None if at is None else _utc(at, setting("at"))
+    stream, layout = stream_of(settings), layout_of(settings)
+    at = None if at is None else utc_given(at, setting("at"))
     check_output_root(settings.output_root)
     database = open_database(settings)
     dialect = detect_dialect(database, settings.dialect)
     meta = stream_metadata(database, stream, dialect)
-    with _store(settings) as store:
+    with store_of(settings) as store:
         lineage_id, at = _begin(settings, store, database, meta, dialect, at)
         summary = SnapshotSummary(stream, settings.namespace, lineage_id, at)
         done = store.snapshot_tables(lineage_id)

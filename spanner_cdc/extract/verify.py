@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import NotFound, UsageError, setting
-from spanner_cdc.extract.window import _store, _stream, layout_of
+from spanner_cdc.extract.inputs import layout_of, store_of, stream_of
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.verify_rows import (
     SHOWN,
@@ -91,8 +91,8 @@ def run_verify(
 
     fraction = check_fraction(fraction)
     seed = random.SystemRandom().randrange(1 << 31) if seed is None else seed
-    stream, layout = _stream(settings), layout_of(settings)
-    with _store(settings) as store:
+    stream, layout = stream_of(settings), layout_of(settings)
+    with store_of(settings) as store:
         lineage = _lineage(store, stream, settings.namespace)
         window = closed_window(store, lineage, window_end)
         database = open_database(settings)

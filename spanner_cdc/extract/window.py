@@ -7,8 +7,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -16,20 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError, setting
 from spanner_cdc.extract.failpoints import failpoint
+from spanner_cdc.extract.inputs import layout_of, store_of, stream_of, utc_given
 from spanner_cdc.extract.planning import check_retention, effective_start, root_partitions
-from spanner_cdc.extract.token import ExtractJob, TokenResult, extract_claims
-from spanner_cdc.extract.wave import extract_wave
 from spanner_cdc.lake import storage
-from spanner_cdc.lake.check import driver_transaction_check
 from spanner_cdc.lake.completeness import completeness_record
-from spanner_cdc.lake.iceberg import land_window
 from spanner_cdc.lake.layout import LakeLayout, check_output_root
 from spanner_cdc.lake.markers import earlier_completeness, read_marker, write_marker
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import LIVE_READ_METHOD, READ_METHODS, short_token
-from spanner_cdc.times import utc
 
 if TYPE_CHECKING:
+    from spanner_cdc.extract.token import TokenResult
     from spanner_cdc.settings import Settings
     from spanner_cdc.store import MetadataStore
     from spanner_cdc.store.models import ManifestFile
@@ -37,7 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "TokenResult",
     "TokenTask",
     "WindowPlan",
     "WindowSummary",
@@ -161,45 +156,17 @@ class RunSource:
         return self._modes[stream]
 
 
-def _utc(value: datetime, name: str) -> datetime:
-    try:
-        return utc(value)
-    except ValueError:
-        raise UsageError(f"{name} {value.isoformat()} has no time zone: give it with Z or an offset") from None
-
-
 def _window(window_start: datetime, window_end: datetime) -> tuple[datetime, datetime]:
-    start, end = _utc(window_start, setting("window_start")), _utc(window_end, setting("window_end"))
+    start, end = utc_given(window_start, setting("window_start")), utc_given(window_end, setting("window_end"))
     if end <= start:
         raise UsageError(f"{setting('window_end')} {end.isoformat()} must be after {setting('window_start')} {start.isoformat()}")
     return start, end
-
-
-def _stream(settings: Settings) -> str:
-    if not settings.stream:
-        raise UsageError(f"no change stream given: set {setting('stream')} (or SPANNER_CDC_STREAM)")
-    return settings.stream
 
 
 def _read_method(read_method: str) -> str:
     if read_method not in READ_METHODS:
         raise ConfigError("read_method", read_method, "one of " + ", ".join(READ_METHODS))
     return read_method
-
-
-def layout_of(settings: Settings) -> LakeLayout:
-    return LakeLayout(settings.output_root, _stream(settings), settings.namespace)
-
-
-@contextmanager
-def _store(settings: Settings) -> Iterator[MetadataStore]:
-    from spanner_cdc.store import open_store
-
-    store = open_store(settings)
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 def _tasks(store: MetadataStore, lineage_id: int, window_end: datetime) -> list[TokenTask]:
@@ -219,14 +186,14 @@ def plan_window(
     from spanner_cdc.source.client import stream_metadata
 
     start, end = _window(window_start, window_end)
-    stream, _ = _stream(settings), _read_method(read_method)
+    stream, _ = stream_of(settings), _read_method(read_method)
     check_output_root(settings.output_root)
     source = source or RunSource(settings)
     database, dialect = source.database, source.dialect
     meta = stream_metadata(database, stream, dialect)
     effective = effective_start(stream, meta.created_at, start, end)
     in_store, source_s = time.monotonic(), 0.0
-    with _store(settings) as store:
+    with store_of(settings) as store:
         lineage = store.ensure_lineage(stream, settings.namespace, database=database.name)
         store.record_retention(lineage.id, meta.retention)  # what the UI measures the headroom against
         begins = store.lineage_start(lineage.id)  # None: not bootstrapped yet
@@ -256,8 +223,8 @@ def plan_window(
 def ready_tasks(settings: Settings, window_start: datetime, window_end: datetime) -> list[TokenTask]:
     """The next wave: tokens READY now (children promoted by the last wave, tokens of dead workers)."""
     start, end = _window(window_start, window_end)
-    with _store(settings) as store:
-        lineage = store.get_lineage(_stream(settings), settings.namespace)
+    with store_of(settings) as store:
+        lineage = store.get_lineage(stream_of(settings), settings.namespace)
         store.expire_leases(lineage.id)
         return _tasks(store, lineage.id, end)
 
@@ -286,10 +253,12 @@ def extract_tokens(
     Tokens that cannot be claimed (finished, read to the window end, or leased by a live worker) are skipped.
     `phases["claim_s"]`, when given, adds the time the claim took.
     """
+    from spanner_cdc.extract.token import ExtractJob, extract_claims
+    from spanner_cdc.extract.wave import extract_wave
     from spanner_cdc.spark.session import spark_session
 
     start, end = _window(window_start, window_end)
-    stream, method = _stream(settings), _read_method(read_method)
+    stream, method = stream_of(settings), _read_method(read_method)
     if not tokens:
         return []
     lease, liveness = settings.lease, settings.liveness == "lock"
@@ -297,7 +266,7 @@ def extract_tokens(
     source = source or RunSource(settings)
     dialect, partition_mode = source.dialect, source.partition_mode(stream)
     spark = spark_session(settings)
-    with _store(settings) as store:
+    with store_of(settings) as store:
         claiming = time.monotonic()
         lineage = store.get_lineage(stream, settings.namespace)
         claims = store.claim(
@@ -376,8 +345,8 @@ def close_window(settings: Settings, window_start: datetime, window_end: datetim
     """If every partition is done with the window: check transactions, write the marker, mark it complete."""
     started = time.monotonic()
     start, end = _window(window_start, window_end)
-    stream = _stream(settings)
-    with _store(settings) as store:
+    stream = stream_of(settings)
+    with store_of(settings) as store:
         lineage = store.get_lineage(stream, settings.namespace)
         # one closer at a time per window: a second run of the window waits here, then finds it closed
         with store.window_lock(lineage.id, start, end):
@@ -388,7 +357,7 @@ def close_window(settings: Settings, window_start: datetime, window_end: datetim
 
 def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, start: datetime, end: datetime) -> WindowSummary:
     """close_window's body, under the window's lock: the check, the marker and the COMPLETE row."""
-    stream, layout = _stream(settings), layout_of(settings)
+    stream, layout = stream_of(settings), layout_of(settings)
     status = store.window_status(lineage_id, start, end)
     files = store.manifest(lineage_id, window_start=start, window_end=end)
     summary = WindowSummary(
@@ -433,6 +402,8 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
     marker = write_marker(
         layout, lineage_id=lineage_id, window_start=start, window_end=end, files=files, check=check, completeness=record
     )
+    from spanner_cdc.lake.iceberg import land_window  # pyiceberg and pyarrow: the close's, not the plan's
+
     # after the marker, before the window is closed: a close killed in between commits on its re-run, once
     land_window(settings, layout, window_start=start, window_end=end, files=files, completeness=record)
     store.close_window(
@@ -466,6 +437,8 @@ def _transaction_check(settings: Settings, files: Sequence[ManifestFile], start:
     the driver's memory stays bounded whatever the window's size."""
     paths, rows = [f.path for f in files], sum(f.rows for f in files)
     if rows <= settings.check_driver_rows:
+        from spanner_cdc.lake.check import driver_transaction_check  # pyarrow: the close's, not the plan's
+
         return driver_transaction_check(paths, window_start=start, window_end=end)
     from spanner_cdc.spark.check import transaction_check
     from spanner_cdc.spark.session import spark_session
@@ -483,8 +456,8 @@ def _wait_for_held_tokens(settings: Settings, end: datetime) -> list[TokenTask]:
     """Nothing is ready, but tokens of the window are held elsewhere: look again every HELD_POLL_S until some
     are READY (their run died or their lease passed, or their children were promoted), or none is held."""
     interval = min(HELD_POLL_S, settings.lease_s / 4)
-    with _store(settings) as store:
-        lineage = store.get_lineage(_stream(settings), settings.namespace)
+    with store_of(settings) as store:
+        lineage = store.get_lineage(stream_of(settings), settings.namespace)
         announced: set[str] = set()
         while True:
             store.expire_leases(lineage.id)
@@ -573,10 +546,10 @@ def catch_up(
     """
     from spanner_cdc.errors import NotFound
 
-    before = _utc(before, "window start")
-    with _store(settings) as store:
+    before = utc_given(before, "window start")
+    with store_of(settings) as store:
         try:
-            lineage = store.get_lineage(_stream(settings), settings.namespace)
+            lineage = store.get_lineage(stream_of(settings), settings.namespace)
         except NotFound:
             return []  # a new lineage: nothing was left open
         left_open = sorted((w.start, w.end) for w in store.windows(lineage.id) if w.state != "COMPLETE" and w.end <= before)

@@ -1,18 +1,5 @@
-"""The data lake: envelope rows, the Arrow schema of the lake contract, naming, publication and window markers."""
+"""The data lake: envelope rows (`envelope`), the Arrow schema of the lake contract (`columns`), naming (`layout`),
+object storage (`storage`), publication (`publish`), window markers (`markers`) and the Iceberg tables (`iceberg`).
 
-from spanner_cdc.lake.columns import LAKE_COLUMNS, LAKE_SCHEMA, PARTITION_COLUMN, SOURCE_SCHEMA, spark_ddl
-from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext, event_uuid
-from spanner_cdc.lake.layout import LakeLayout, published_files
-
-__all__ = [
-    "LAKE_COLUMNS",
-    "LAKE_SCHEMA",
-    "PARTITION_COLUMN",
-    "SOURCE_SCHEMA",
-    "EnvelopeBatcher",
-    "EnvelopeContext",
-    "LakeLayout",
-    "event_uuid",
-    "published_files",
-    "spark_ddl",
-]
+Import the module you need: this package imports none of them, so a command that only names lake paths (plan, the
+next wave, maintenance) does not load pyarrow for it."""

@@ -118,18 +118,18 @@ def _verified(settings: Settings) -> dict[datetime, dict[str, Any]]:
     """Window end -> the last `spanner-cdc verify` result kept with that closed window; none when the store holds no
     lineage of the stream, or no schema of this release (a catalog's tables are shown all the same: showing reads)."""
     from spanner_cdc.errors import NotFound, SchemaOutdated
-    from spanner_cdc.extract.window import _store, _stream
+    from spanner_cdc.extract.inputs import store_of, stream_of
 
     try:
-        with _store(settings) as store:
-            lineage = store.get_lineage(_stream(settings), settings.namespace)
+        with store_of(settings) as store:
+            lineage = store.get_lineage(stream_of(settings), settings.namespace)
             return {w.end: dict(w.verify) for w in store.windows(lineage.id) if w.verify}
     except (NotFound, SchemaOutdated):
         return {}
 
 
 def _tables(settings: Settings) -> list[dict[str, Any]]:
-    from spanner_cdc.extract.window import layout_of
+    from spanner_cdc.extract.inputs import layout_of
     from spanner_cdc.lake.iceberg import _dispose, catalog_properties, open_catalog
     from spanner_cdc.lake.state_table import stream_tables
 
