@@ -189,12 +189,13 @@ def test_lease_keeper_renews_every_held_claim_in_one_call_and_drops_the_lost_one
 
 
 def test_the_close_checks_a_small_window_in_the_driver_and_a_large_one_with_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spanner_cdc.lake import check as driver_check
     from spanner_cdc.spark import check as spark_check
     from spanner_cdc.spark import session
     from spanner_cdc.store.models import ManifestFile
 
     calls: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(pipeline, "driver_transaction_check", lambda paths, **_: calls.append(("driver", list(paths))) or {})
+    monkeypatch.setattr(driver_check, "driver_transaction_check", lambda paths, **_: calls.append(("driver", list(paths))) or {})
     monkeypatch.setattr(spark_check, "transaction_check", lambda spark, paths, **_: calls.append((spark, list(paths))) or {})
     monkeypatch.setattr(session, "spark_session", lambda settings: "spark")
     files = [ManifestFile(f"f{n}", "t", S, E, S, E, rows, 1) for n, rows in enumerate((3, 4))]
