@@ -148,7 +148,10 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
 
             return hourly.plan(name, data_interval_start, data_interval_end)
 
-        @task(task_id="next_wave", trigger_rule=TriggerRule.NONE_FAILED)
+        # all_success: a wave whose extract had nothing to read (mapped over no tokens: skipped) ends the run's waves,
+        # the later ones skipped by the scheduler without starting a task; close still runs (none_failed). An extract
+        # whose tokens a re-run no longer has (removed, e.g. a backfill of a closed window) lets the next wave run.
+        @task(task_id="next_wave")
         def next_wave(data_interval_start: Any = None, data_interval_end: Any = None) -> list:
             from spanner_cdc.orchestration import hourly
 

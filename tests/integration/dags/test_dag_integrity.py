@@ -106,8 +106,8 @@ def test_hourly_dag_wiring(example_bag: dict) -> None:
         assert extract["pool"] == "spanner_cdc_spanner_queries"
         assert extract["map_index_template"] == "{{ token_label }}"
         assert extract["retries"] > 0 and extract["backoff"] > 1
-    # A wave with nothing to read is skipped; the next one and the close must still run.
-    assert tasks["wave_2.next_wave"]["trigger_rule"] == "none_failed"
+    # A wave with nothing to read is skipped, and the waves after it; the close must still run.
+    assert tasks["wave_2.next_wave"]["trigger_rule"] == "all_success"  # an empty wave ends the waves
     assert tasks["close"]["trigger_rule"] == "none_failed"
     assert tasks["close"]["outlets"] == ["spanner_cdc_landed__orders"]
     assert tasks["catch_up"]["outlets"] == ["spanner_cdc_caught_up__orders"]  # an alias: events only when it closes one

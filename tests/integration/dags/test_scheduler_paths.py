@@ -58,6 +58,7 @@ class Paths:
     airflow_home: Path
     demo_runs: list[dict[str, Any]]
     scheduled: dict[str, Any]  # the scheduler's run of the second window, once finished
+    scheduled_tasks: list[dict[str, Any]]  # its task instances (task_id, map_index, state, try_number)
     lake_before: dict[str, str]  # published file -> sha256, before the backfill
     windows_before: list[Any]
     backfill: dict[str, Any]  # the backfill as the REST API shows it at the end
@@ -170,6 +171,8 @@ def paths(
             return found[0] if found else None
 
         scheduled = _until("the scheduler's run of the second window", scheduled_done, deadline, service)
+        scheduled_tasks = db.rows("SELECT task_id, map_index, state, try_number FROM task_instance "
+                                  "WHERE dag_id = :d AND run_id = :r", d=DAG_ID, r=scheduled["run_id"])  # fmt: skip
         lake_before, windows_before = _lake_digest(lake), _windows(pg_url)
         (client,) = api
         backfill = client.call("POST", "/api/v2/backfills", {
@@ -184,7 +187,7 @@ def paths(
         events = [json.loads(p.read_text()) for p in sorted(events_dir.iterdir())]
         with MetadataStore.connect(pg_url) as store:
             manifest = store.manifest(store.get_lineage(CHANGE_STREAM, "live").id)
-        yield Paths(history, lake, pg_url, env.home, demo_runs, scheduled, lake_before, windows_before, backfill,
+        yield Paths(history, lake, pg_url, env.home, demo_runs, scheduled, scheduled_tasks, lake_before, windows_before, backfill,
                     runs_after, _lake_digest(lake), _windows(pg_url), callbacks, events, events_of_the_demo_run, manifest)  # fmt: skip
     finally:
         stop.set()
@@ -203,6 +206,21 @@ def test_the_demos_run_of_a_window_has_the_schedulers_logical_date(paths: Paths)
     assert paths.scheduled["state"] == "success", paths.airflow_home
     assert (paths.scheduled["data_interval_start"], paths.scheduled["data_interval_end"]) == second
     assert paths.scheduled["run_type"] == "scheduled"
+
+
+def test_an_empty_wave_ends_the_runs_waves_without_starting_a_task_and_the_close_runs(paths: Paths) -> None:
+    """Of `waves = 10`, the window settles in a few: the first wave whose extract had no token is skipped, and the
+    scheduler skips every wave after it without queueing a task (try 0); close still runs."""
+    tasks = {(t["task_id"], t["map_index"]): t for t in paths.scheduled_tasks}
+
+    def wave_of(task_id: str) -> int:
+        return int(task_id.split(".")[0].removeprefix("wave_")) if task_id.startswith("wave_") else 0
+
+    empty = [wave_of(task) for (task, index), t in tasks.items() if task.endswith(".extract") and t["state"] == "skipped"]
+    assert empty and min(empty) < 10, sorted(tasks.items())
+    later = [t for (task, _), t in tasks.items() if wave_of(task) > min(empty)]
+    assert later and all(t["state"] == "skipped" and t["try_number"] == 0 for t in later), later
+    assert tasks[("close", -1)]["state"] == "success", sorted(tasks.items())
 
 
 def test_a_missed_deadline_runs_the_callback_once_with_the_stream_window_and_partitions(paths: Paths) -> None:
