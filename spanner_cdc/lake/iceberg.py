@@ -38,6 +38,7 @@ COMMIT_ATTEMPTS = 8
 # Every table the lake keeps (change log, state tables): at each commit, Iceberg deletes the metadata.json files that
 # fall out of the table's metadata log past this many previous versions (without them, one file per commit, forever).
 METADATA_VERSIONS = 20
+DEFAULT_S3_REGION = "us-east-1"  # an S3-compatible store's region when the environment names none (MinIO's default)
 METADATA_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": str(METADATA_VERSIONS),
@@ -57,6 +58,9 @@ def catalog_properties(catalog: str, *, metadata_url: str | None, warehouse: str
     props["warehouse"] = warehouse if scheme_of(warehouse) else "file://" + os.path.abspath(warehouse)
     if os.environ.get("AWS_ENDPOINT_URL"):  # the same S3 endpoint as lake/storage.py's s3fs
         props["s3.endpoint"] = os.environ["AWS_ENDPOINT_URL"]
+        # and its region as botocore reads it: without one pyiceberg asks AWS itself where a bucket of that name is
+        # (another owner's bucket, or ~6 s of retries offline), once per process, for a store that is not AWS
+        props["s3.region"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_S3_REGION
     if os.environ.get("STORAGE_EMULATOR_HOST"):  # and the same GCS endpoint, without credentials
         props["gcs.service.host"] = os.environ["STORAGE_EMULATOR_HOST"]
         props["gcs.oauth2.token"] = "anonymous"  # the emulator checks no token; pyarrow wants one with an expiry
