@@ -125,7 +125,7 @@ def build(config: StreamConfig, concurrency: int, output_root: str) -> DAG:
         end_date=config.end_date,
         catchup=config.catchup,
         max_active_runs=1,
-        default_args=DEFAULT_ARGS,
+        default_args={**DEFAULT_ARGS, "retry_delay": config.retry_delay},
         deadline=deadline_alert(config),
         tags=["spanner-cdc", name],
         doc_md=DOC.format(

@@ -48,6 +48,7 @@ class StreamConfig:
     snapshot_retention: dt.timedelta | None = None
     orphan_min_age: dt.timedelta | None = None
     lineage_retention: dt.timedelta | None = None
+    retry_delay: dt.timedelta = dt.timedelta(seconds=30)  # a failed task's first retry waits this long (to twice), later ones double
     deadline_minutes: int = 90  # a window not complete this long after its end misses its deadline (0: no deadline)
     deadline_notifier: str | None = None  # dotted path of an Airflow notifier (or async callable) run on a miss
     deadline_notifier_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -146,6 +147,7 @@ PARSERS: dict[str, Any] = {
     "snapshot_retention": duration,
     "orphan_min_age": duration,
     "lineage_retention": duration,
+    "retry_delay": duration,
     "deadline_minutes": int_between(0, 10_080),
     "deadline_notifier": _dotted_path,
     "deadline_notifier_kwargs": _table,

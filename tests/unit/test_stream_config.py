@@ -53,6 +53,7 @@ def test_all_fields_parse() -> None:
             "current_state_keep": 3,
             "verify": True,
             "verify_fraction": 0.25,
+            "retry_delay": "5s",
         },
     )
     assert (config.project, config.instance, config.database) == ("p1", "i1", "shop")
@@ -68,6 +69,8 @@ def test_all_fields_parse() -> None:
     assert config.snapshot is True
     assert (config.current_state, config.current_state_keep) == (True, 3)
     assert (config.verify, config.verify_fraction) == (True, 0.25)
+    assert config.retry_delay == dt.timedelta(seconds=5)
+    assert parse_stream("s", {"start_date": "2024-01-01"}).retry_delay == dt.timedelta(seconds=30)
     assert (parse_stream("s", {"start_date": "2024-01-01"}).verify, parse_stream("s", {"start_date": "2024-01-01"}).verify_fraction) == (False, 1.0)
 
 
@@ -93,6 +96,7 @@ def test_toml_date_means_midnight_utc() -> None:
         ("orders", {"start_date": "2024-01-01", "schedule": "61 * * * *"}, "streams.orders.schedule", "cron"),
         ("orders", {"start_date": "2024-01-01", "concurrency": 0}, "streams.orders.concurrency", "[1, 256]"),
         ("orders", {"start_date": "2024-01-01", "waves": 11}, "streams.orders.waves", "[1, 10]"),
+        ("orders", {"start_date": "2024-01-01", "retry_delay": "soon"}, "streams.orders.retry_delay", "24h"),
         ("orders", {"start_date": "2024-01-01", "change_stream": "x; DROP"}, "streams.orders.change_stream", "identifier"),
         ("orders", {"start_date": "2024-01-01", "catchup": "yes"}, "streams.orders.catchup", "true or false"),
         ("orders", {"start_date": "2024-01-01", "snapshot": 1}, "streams.orders.snapshot", "true or false"),

@@ -46,6 +46,7 @@ for dag_id, dag in bag.dags.items():
                 "pool": t.pool,
                 "retries": t.retries,
                 "backoff": t.retry_exponential_backoff,
+                "retry_delay_s": t.retry_delay.total_seconds(),
                 "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule),
                 "map_index_template": getattr(t, "map_index_template", None),
                 "mapped": any(c.__name__ == "MappedOperator" for c in type(t).__mro__),
@@ -114,6 +115,9 @@ def test_hourly_dag_wiring(example_bag: dict) -> None:
     # a deadline 90 minutes (the default) after the window's end: logical date (window start) + 1 h + 90 min
     assert dag["deadline"] == [["2:30:00", "spanner_cdc.orchestration.deadline.window_missed", {"stream": "orders", "minutes": 90}]]
     assert example_bag["dags"]["spanner_cdc_hourly__payments"]["deadline"][0][0] == "3:00:00"  # deadline_minutes = 120
+    # a stream's retry_delay is its tasks' first retry delay (payments: 1m; orders: the default 30 s)
+    assert example_bag["dags"]["spanner_cdc_hourly__payments"]["tasks"]["wave_1.extract"]["retry_delay_s"] == 60
+    assert tasks["wave_1.extract"]["retry_delay_s"] == tasks["close"]["retry_delay_s"] == 30
     assert example_bag["dags"]["spanner_cdc_backfill"]["deadline"] == []
     # `waves` of the stream's table sets how many plan/extract groups a run has.
     payments = example_bag["dags"]["spanner_cdc_hourly__payments"]["tasks"]

@@ -69,6 +69,7 @@ def write_config(path: Path, start: dt.datetime) -> None:
         # catchup from the window's start: the scheduler itself creates the run of the past hour; the hour's lineage is
         # up to 8 generations deep (the server splits and merges every few minutes of its time), so the run has 10 waves
         f"start_date = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}\ncatchup = true\nwaves = 10\n"
+        'retry_delay = "5s"\n'  # the killed task's retry comes after 5-10 s (Airflow adds up to as much again), not 30-60 s
     )
 
 
