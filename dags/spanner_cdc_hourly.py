@@ -36,8 +36,7 @@ from spanner_cdc.stream_config import StreamConfig, load_streams
 # the last one is finished by the next run's catch_up, before that run reads its own window.
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "spanner-cdc",
-    "retries": 4,
-    "retry_delay": dt.timedelta(seconds=30),
+    "retries": 4,  # the first retry after the stream's retry_delay (30 s unless its table says otherwise)
     "retry_exponential_backoff": 2.0,
     "max_retry_delay": dt.timedelta(minutes=15),
 }
