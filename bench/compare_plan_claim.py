@@ -66,7 +66,7 @@ def worker(url: str, namespace: str, partitions: int, lake: str) -> dict[str, fl
     from spanner_cdc.store import open_store
 
     # as extract_tokens claims the tokens of a wave, by name (open_store: the same in the previous tree)
-    with contextlib.closing(open_store(settings)) as store:
+    with open_store(settings) as store:
         claiming = time.perf_counter()
         lineage = store.get_lineage(settings.stream, namespace)
         claims = store.claim(lineage.id, window_end=WINDOW_END, owner="bench", lease=timedelta(minutes=10),

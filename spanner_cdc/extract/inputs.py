@@ -4,8 +4,6 @@ need no Spark (maintain, verify, the orchestration's plan and next-wave tasks) i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -36,13 +34,9 @@ def layout_of(settings: Settings) -> LakeLayout:
     return LakeLayout(settings.output_root, stream_of(settings), settings.namespace)
 
 
-@contextmanager
-def store_of(settings: Settings) -> Iterator[MetadataStore]:
-    """The settings' metadata store, closed on the way out."""
+def store_of(settings: Settings) -> MetadataStore:
+    """The settings' metadata store (`with store_of(settings) as store:` closes it on the way out); the store's
+    modules are imported here, at first use."""
     from spanner_cdc.store import open_store
 
-    store = open_store(settings)
-    try:
-        yield store
-    finally:
-        store.close()
+    return open_store(settings)
