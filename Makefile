@@ -31,10 +31,11 @@ down: install
 	$(BIN)/spanner-cdc down
 
 # Whole test files spread over TEST_WORKERS processes (pytest-xdist); TEST_WORKERS=0 runs them in this one.
+# --no-loadscope-reorder keeps tests/conftest.py's order (the longest files first) instead of most tests first.
 TEST_WORKERS ?= 2
 
 test: install browser-deps monitoring-deps
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-unit: install
 	$(BIN)/pytest tests/unit

@@ -9,7 +9,7 @@ pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.airflow_db", "tests
 
 
 def _weight(item: pytest.Item) -> tuple[int, float]:
-    """`heavy` modules first, longest first (its argument: seconds on an idle 2-core machine), then `slow` ones."""
+    """`heavy` modules first, longest first (its argument: the module's seconds in `make test`), then `slow` ones."""
     heavy = item.get_closest_marker("heavy")
     if heavy is not None:
         return 0, -float(heavy.args[0] if heavy.args else 0)
@@ -19,4 +19,5 @@ def _weight(item: pytest.Item) -> tuple[int, float]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # `make test` spreads whole files over two workers (pytest-xdist, --dist loadfile) in this order: the longest
     # modules start first so that the workers end together instead of one running a campaign alone at the end.
+    # (Without --no-loadscope-reorder, xdist hands out the files with the most tests first whatever this order is.)
     items.sort(key=_weight)  # stable: the order within each weight is the collection order

@@ -24,7 +24,7 @@ from tests.integration.extract.lake_reading import change_of
 from tests.integration.extract.test_extract_crash import committed_paths, extract
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(35)]
 
 
 def rows_of(locations: list[str]) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from spanner_cdc.lake.state_table import read_state, snapshot_at, state_identifi
 from spanner_cdc.store import MetadataStore
 from tests.integration.extract.lake_reading import published_rows
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(120)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(10)]
 DDL = [
     "CREATE TABLE Singers (SingerId INT64 NOT NULL, Name STRING(MAX), Shout STRING(MAX) AS (Name || '!') STORED) PRIMARY KEY (SingerId)",
     "CREATE TABLE Albums (SingerId INT64 NOT NULL, AlbumId INT64 NOT NULL, Title STRING(MAX)) PRIMARY KEY (SingerId, AlbumId), "
