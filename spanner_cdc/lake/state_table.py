@@ -32,7 +32,7 @@ STATE_DIR = "_current"  # under the lineage's root: readers of the change log's 
 SNAPSHOT_AT = "spanner-cdc.snapshot-at"  # the seed's snapshot: the state at the initial snapshot's T0
 SOURCE_TABLE = "spanner-cdc.source-table"
 COLUMN_TYPES = "spanner-cdc.column-types"  # the Spanner type of each column, as the change stream names it
-BUCKETS = 16  # partitions of the key: a window's changes are applied by a Spark task per bucket it touches
+BUCKETS = 16  # partitions of the key: a window's changes are applied a bucket at a time (a few buckets a Spark task)
 BUCKET_FIELD = "key_bucket"
 # Iceberg v2 position-delete files: reserved field ids of their two columns
 DELETE_FILE_PATH_ID, DELETE_POS_ID = 2147483546, 2147483545
