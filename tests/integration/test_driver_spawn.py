@@ -120,6 +120,28 @@ def test_a_connect_master_after_a_local_driver_in_one_process(spark_connect_serv
         stop_sessions()
 
 
+def test_a_connect_session_taken_again_after_a_local_driver_builds_connect_columns(spark_connect_server: Any) -> None:
+    """The process's Connect session, still open, taken again after a local driver ran (whose start dropped pyspark's
+    Connect marker): the local driver is stopped and DataFrame functions resolve against Connect again. (Seen in
+    `make test`: a module's local driver between two Connect sessions of a worker failed with 'Column' object is not
+    callable.)"""
+    from pyspark.sql import functions as F
+
+    from spanner_cdc.spark.session import spark_session, stop_sessions
+
+    try:
+        remote = spark_session(spark_connect_server.url)
+        assert remote.range(2).count() == 2
+        local = spark_session("local[1]")
+        assert local.range(3).select((F.col("id") + 1).alias("n")).agg(F.sum("n")).collect()[0][0] == 6
+        again = spark_session(spark_connect_server.url)
+        assert again is remote
+        assert again.range(4).select((F.col("id") + 1).alias("n")).agg(F.sum("n")).collect()[0][0] == 10
+        assert local.sparkContext._jsc is None  # the local driver was stopped
+    finally:
+        stop_sessions()
+
+
 def test_a_driver_spawned_from_another_thread_is_out_of_the_terminals_reach() -> None:
     """Only the main thread may ignore SIGINT around the spawn: elsewhere the child gets a session of its own, so a
     Ctrl-C at the terminal reaches this process and not the JVM (which still ends when its stdin closes)."""
