@@ -21,6 +21,7 @@ from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import TIMESTAMP
 from spanner_cdc.lake.current_state import CHANGE_COLUMNS, KeyChange, fold, key_text
 from spanner_cdc.spark import registry
+from spanner_cdc.spark.task_groups import grouped
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -32,14 +33,11 @@ STATE_DDL = "`table` STRING, `kind` STRING, `entry` STRING"  # kind: data or del
 ROW_GROUP_BYTES = 4 << 20  # in-memory (Arrow) bytes of a row group of a state table's data file
 BATCH_ROWS = 65_536  # rows of a change file read at a time
 READ_BUFFER = 1 << 20  # bytes of a column chunk read at a time (0: the whole chunk at once)
-# State tasks one Spark task runs, one after another. Spark's cost per task (~60 ms: scheduling, a Python worker's
-# round trip) is more than a small window's bucket: at 16 buckets a window of 25 changes took 1.0 s of job where one
-# task took 0.14 s. The apply tasks of a table's buckets in one Spark task read and fold the window's changes once.
-TASKS_PER_PARTITION = 4
 
 
 class Window(dict[tuple[Any, ...], dict[str, KeyChange]]):
-    """One table's window of changes, folded, by (table, inputs, start, end): what a Spark task's buckets share."""
+    """One table's window of changes, folded, by (table, inputs, start, end): what the buckets that one Spark task
+    applies (spark/task_groups.py) read once."""
 # The tasks read Parquet without Arrow's thread pools (use_threads=False, pre_buffer=False): under a memory bound a
 # pool thread that cannot get its stack leaves the read waiting for it forever, where an allocation fails cleanly.
 
@@ -351,11 +349,7 @@ class StateReader(DataSourceReader):
         self.options = dict(options)
 
     def partitions(self) -> list[InputPartition]:
-        count = len(json.loads(self.options["tasks"]))
-        return [
-            InputPartition(list(range(first, min(first + TASKS_PER_PARTITION, count))))
-            for first in range(0, count, TASKS_PER_PARTITION)
-        ]
+        return grouped(len(json.loads(self.options["tasks"])))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         tasks, window = _tasks(self.options), Window()

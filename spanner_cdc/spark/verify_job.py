@@ -17,6 +17,7 @@ from spanner_cdc.lake.current_state import key_text, typed
 from spanner_cdc.lake.verify_rows import SHOWN, row_hash, state_problem
 from spanner_cdc.spark import registry
 from spanner_cdc.spark.state_job import Candidate, _bucketer, _deleted_positions
+from spanner_cdc.spark.task_groups import grouped
 
 if TYPE_CHECKING:
     from pyiceberg.table import StaticTable
@@ -134,11 +135,13 @@ class VerifyReader(DataSourceReader):
         self.options = dict(options)
 
     def partitions(self) -> list[InputPartition]:
-        return [InputPartition(i) for i in range(len(json.loads(self.options["tasks"])))]
+        return grouped(len(json.loads(self.options["tasks"])))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        task = _tasks(self.options)[int(partition.value)]
-        yield from (lake_rows(task) if task.kind == "lake" else source_rows(task))
+        tasks = _tasks(self.options)
+        for index in partition.value:
+            task = tasks[index]
+            yield from (lake_rows(task) if task.kind == "lake" else source_rows(task))
 
 
 class VerifyDataSource(DataSource):
