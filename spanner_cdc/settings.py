@@ -184,6 +184,9 @@ class Settings:
     state_task_memory: int | None = field(
         default=None, metadata=_meta(optional(byte_size), "memory each current-state apply task may take (a process of its own, RLIMIT_DATA); unset: no bound")
     )
+    state_driver_rows: int = field(
+        default=50_000, metadata=_meta(int_between(0, 10_000_000), "most rows a current-state apply or seed handles in the driver (the manifest's counts); above, a Spark job; 0: always Spark")
+    )
 
     @property
     def lease(self) -> timedelta:
@@ -252,7 +255,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
 
 
 TUNING_FIELDS = ("wave_group_tokens", "task_tokens", "task_threads", "check_driver_rows", "lake_writer", "liveness", "lease_s",
-                 "current_state_keep", "state_task_memory")  # fmt: skip
+                 "current_state_keep", "state_task_memory", "state_driver_rows")  # fmt: skip
 SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
                      "namespace", "concurrency", "heartbeat_ms", "home", "target_file_size", "snapshot_retention",
                      "orphan_min_age", "lineage_retention", *TUNING_FIELDS)  # fmt: skip

@@ -19,6 +19,7 @@ from spanner_cdc.lineage.rules import inclusive_end
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
     from spanner_cdc.lake.layout import LakeLayout
@@ -98,6 +99,30 @@ def _facts(paths: list[str], start: datetime | None, end: datetime | None) -> li
     return out
 
 
+def _rows_in(paths: list[str]) -> int:
+    """The rows of Parquet files, from their footers."""
+    import pyarrow.parquet as pq
+
+    total = 0
+    for path in paths:
+        with pq.ParquetFile(storage.bare(path), filesystem=storage.filesystem(path)) as parquet:
+            total += parquet.metadata.num_rows
+    return total
+
+
+def _run_tasks(settings: Settings, tasks: list[StateTask], rows: int) -> list[tuple[str, str, DataFile]]:
+    """The tasks in this process when their inputs hold at most `state_driver_rows` rows (no Spark driver to start,
+    no job: an hourly window's few thousand changes), else one Spark job."""
+    from spanner_cdc.spark.state_job import run_here, run_state_job
+
+    if 0 < settings.state_driver_rows and rows <= settings.state_driver_rows:  # 0: always Spark
+        return run_here(tasks)
+    from spanner_cdc.spark.session import spark_session
+
+    log.info("%s: the current-state tasks of %d rows run in Spark", settings.stream, rows)
+    return run_state_job(spark_session(settings), tasks)
+
+
 def _load(catalog: Catalog, layout: LakeLayout, table: str) -> Table | None:
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
@@ -175,8 +200,7 @@ def _seed(
 ) -> None:
     """The initial snapshot's rows as each state table's first snapshot (named by T0), for the tables that have none."""
     from spanner_cdc.lake.state_table import SNAPSHOT_AT, ensure_state_table
-    from spanner_cdc.spark.session import spark_session
-    from spanner_cdc.spark.state_job import StateTask, run_state_job
+    from spanner_cdc.spark.state_job import StateTask
 
     todo: dict[str, Table] = {}
     for table, paths in sorted(snapshot.items()):
@@ -190,7 +214,7 @@ def _seed(
         return
     io = _io_properties(catalog)
     tasks = [StateTask("seed", t, h.metadata_location, io, [p]) for t, h in todo.items() for p in sorted(snapshot[t])]
-    files = run_state_job(spark_session(settings), tasks)
+    files = _run_tasks(settings, tasks, _rows_in([p for t in todo for p in snapshot[t]]))
     for table, handle in todo.items():
         snapshot_id = _commit(
             handle, [f for f in files if f[0] == table], {SNAPSHOT_AT: at.astimezone(UTC).isoformat()}
@@ -232,7 +256,8 @@ def _step(
     settings: Settings, catalog: Catalog, layout: LakeLayout, store: MetadataStore, lineage_id: int, window: WindowRow,
     folded: bool = False,
 ) -> StateSummary:  # fmt: skip
-    """One window applied to every state table that does not hold it yet: one Spark job, then a snapshot per table.
+    """One window applied to every state table that does not hold it yet: its tasks (here, or one Spark job when the
+    window is large: `_run_tasks`), then a snapshot per table.
     A window whose store rows retention folded (`folded`) cannot be: its files are no longer in the manifest."""
     from spanner_cdc.lake.markers import read_marker
     from spanner_cdc.lake.state_table import (
@@ -242,14 +267,13 @@ def _step(
         state_columns,
         window_properties,
     )
-    from spanner_cdc.spark.session import spark_session
-    from spanner_cdc.spark.state_job import run_state_job
-
     last = inclusive_end(window.end)
     changes: dict[str, list[str]] = {}
+    rows: dict[str, int] = {}  # the manifest's rows of each table's files (other windows' commits among them)
     for f in store.manifest(lineage_id):
         if f.table_name and f.range_start <= last and f.range_end >= window.start:
             changes.setdefault(f.table_name, []).append(f.path)
+            rows[f.table_name] = rows.get(f.table_name, 0) + f.rows
     facts = _facts(sorted(p for paths in changes.values() for p in paths), window.start, window.end)
     end_text = window.end.astimezone(UTC).isoformat()
     io = _io_properties(catalog)
@@ -274,7 +298,7 @@ def _step(
             tasks += _apply_tasks(handle, table, io, sorted(changes.get(table, [])), window, settings.state_task_memory)
         if handle is not None:
             handles[table] = handle
-    files = run_state_job(spark_session(settings), tasks) if tasks else []
+    files = _run_tasks(settings, tasks, sum(rows.get(table, 0) for table in {t.table for t in tasks})) if tasks else []
     # the record the window's close wrote in its marker (a window closed by an older release has none)
     marker = read_marker(window.marker_path) if window.marker_path else None
     summary = StateSummary(window.end, window.start, completeness=(marker or {}).get("completeness"))
@@ -291,7 +315,7 @@ def _step(
                 log.warning("%s: applying the window to the new snapshot", exc)  # the files written are orphans
                 handle.refresh()
                 again = _apply_tasks(handle, table, io, sorted(changes.get(table, [])), window, settings.state_task_memory)
-                table_files = run_state_job(spark_session(settings), again) if table in changes else []
+                table_files = _run_tasks(settings, again, rows.get(table, 0)) if table in changes else []
         summary.snapshots[table], summary.tables[table] = snapshot_id, live_rows(handle, snapshot_id)
     return summary
 

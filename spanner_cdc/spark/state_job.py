@@ -392,5 +392,12 @@ def run_state_job(spark: SparkSession, tasks: list[StateTask]) -> list[tuple[str
     return [(row["table"], row["kind"], decode_entry(row["entry"])) for row in rows]
 
 
+def run_here(tasks: list[StateTask]) -> list[tuple[str, str, DataFile]]:
+    """Driver side without Spark: the same tasks one after another in this process, the same entries as
+    `run_state_job` (for inputs so small that a driver's start and a job cost more than the work)."""
+    window = Window()
+    return [(row["table"], row["kind"], decode_entry(row["entry"])) for task in tasks for row in run_task(task, window)]
+
+
 if __name__ == "__main__":
     raise SystemExit(_bounded_main())

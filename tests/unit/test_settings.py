@@ -205,6 +205,7 @@ TUNING = [
     ("lease_s", 300.0, "2.5", 2.5, ("soon", "0.5", "true"), "a number of seconds >= 1"),
     ("current_state_keep", 24, "3", 3, ("0", "x"), "an integer in [1, 10000]"),
     ("state_task_memory", None, "64MB", 64 << 20, ("0", "lots", "17GB"), "a size in bytes from 1KB to 16GB"),
+    ("state_driver_rows", 50_000, "0", 0, ("-1", "many", "10000001"), "an integer in [0, 10000000]"),
 ]
 
 

@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,18 +71,24 @@ def test_killed_at_seeded_random_moments_the_rerun_gives_each_window_exactly_onc
     ends = windows_of_changes(database, rng, KILLS)
     bounds = [start + MICROSECOND, *ends]
     env = subprocess_env(settings)
-    moments = []
+    moments: list[Any] = []
+    held: list[str] = []
+    reach_s = 2.0  # how long the last failpoint run took to reach its commit: the random kills spread around it
     for n in range(KILLS):
         # a window closes before each kill: each finds work left (the seed and the first window, then one or two windows)
         assert run_window(settings, bounds[n], bounds[n + 1]).complete
-        # half the kills at a random moment of the run, half right before one of its commits (files written, none committed)
+        # half the kills right before one of the run's commits (its files written, the windows before it committed),
+        # half at a random moment around the time such a run takes to reach it (an apply of a few small windows
+        # takes about as long as its start)
         if n % 2:
-            moment: Any = ("failpoint", 1)
+            pending = n + 2 - len(held)  # the seed and the windows closed so far, less those the table holds
+            moment: Any = ("failpoint", rng.randint(1, pending))
+            began = time.monotonic()
             proc = subprocess.run([sys.executable, "-c", APPLY], env={**env, "SPANNER_CDC_FAILPOINT": f"state_before_commit:{moment[1]}"},
                                   capture_output=True, timeout=300, check=False)  # fmt: skip
-            code = proc.returncode
+            code, reach_s = proc.returncode, time.monotonic() - began
         else:
-            moment = ("after", round(rng.uniform(1.0, 8.0), 2))
+            moment = ("after", round(rng.uniform(0.5, 1.5) * reach_s, 2))
             child = subprocess.Popen(
                 [sys.executable, "-c", APPLY], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
@@ -92,7 +99,7 @@ def test_killed_at_seeded_random_moments_the_rerun_gives_each_window_exactly_onc
                 code = child.wait()
         moments.append((moment, code))
         assert code in (0, -signal.SIGKILL), moments
-        check_tables_hold_whole_windows(settings, database, [start, *ends[: n + 1]], moments)
+        held = check_tables_hold_whole_windows(settings, database, [start, *ends[: n + 1]], moments)
     assert sum(code == -signal.SIGKILL for _, code in moments) >= KILLS // 2, (
         moments
     )  # every other run at least was cut
