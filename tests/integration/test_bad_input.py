@@ -25,7 +25,7 @@ from spanner_cdc.spark import fast_start
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.heavy(50)]
 
 STREAM = "orders_stream"
 WINDOW = ["--window-start", "2024-05-01T10:00:00Z", "--window-end", "2024-05-01T11:00:00Z"]
