@@ -72,7 +72,8 @@ def short_token(token: str, width: int = 10) -> str:
 
 # pyspark marks a process that once made a Connect session with SPARK_CONNECT_MODE_ENABLED in os.environ, and a child
 # process inherits it; SPARK_REMOTE, if a user exported it, points the same way. The project's spark_master decides.
-SPARK_CONNECT_MARKERS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+SPARK_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"  # the marker pyspark's remote builder sets and its functions ask
+SPARK_CONNECT_MARKERS = (SPARK_CONNECT_MODE, "SPARK_REMOTE")
 
 # The hourly DAG's default deadline callback, named by its path: Airflow imports it in the triggerer
 DEADLINE_CALLBACK = "spanner_cdc.orchestration.deadline.window_missed"

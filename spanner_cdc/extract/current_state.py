@@ -99,17 +99,6 @@ def _facts(paths: list[str], start: datetime | None, end: datetime | None) -> li
     return out
 
 
-def _rows_in(paths: list[str]) -> int:
-    """The rows of Parquet files, from their footers."""
-    import pyarrow.parquet as pq
-
-    total = 0
-    for path in paths:
-        with pq.ParquetFile(storage.bare(path), filesystem=storage.filesystem(path)) as parquet:
-            total += parquet.metadata.num_rows
-    return total
-
-
 def _run_tasks(settings: Settings, tasks: list[StateTask], rows: int) -> list[tuple[str, str, DataFile]]:
     """The tasks in this process when their inputs hold at most `state_driver_rows` rows (no Spark driver to start,
     no job: an hourly window's few thousand changes), else one Spark job."""
@@ -196,9 +185,11 @@ def _commit(handle: Table, files: list[Any], properties: dict[str, str]) -> int:
 
 
 def _seed(
-    settings: Settings, catalog: Catalog, layout: LakeLayout, at: datetime, snapshot: dict[str, list[str]]
+    settings: Settings, catalog: Catalog, layout: LakeLayout, at: datetime, snapshot: dict[str, list[str]],
+    rows: dict[str, int],
 ) -> None:
-    """The initial snapshot's rows as each state table's first snapshot (named by T0), for the tables that have none."""
+    """The initial snapshot's rows as each state table's first snapshot (named by T0), for the tables that have none
+    (`snapshot`: each table's files; `rows`: their rows, as the store recorded them)."""
     from spanner_cdc.lake.state_table import SNAPSHOT_AT, ensure_state_table
     from spanner_cdc.spark.state_job import StateTask
 
@@ -214,7 +205,7 @@ def _seed(
         return
     io = _io_properties(catalog)
     tasks = [StateTask("seed", t, h.metadata_location, io, [p]) for t, h in todo.items() for p in sorted(snapshot[t])]
-    files = _run_tasks(settings, tasks, _rows_in([p for t in todo for p in snapshot[t]]))
+    files = _run_tasks(settings, tasks, sum(rows.get(t, 0) for t in todo))
     for table, handle in todo.items():
         snapshot_id = _commit(
             handle, [f for f in files if f[0] == table], {SNAPSHOT_AT: at.astimezone(UTC).isoformat()}
@@ -356,9 +347,11 @@ def update_current_state(
             taken = store.snapshot(lineage.id)
             if taken is not None and taken.complete:
                 snapshot: dict[str, list[str]] = {}
+                rows: dict[str, int] = {}
                 for part in store.snapshot_files(lineage.id):
                     snapshot.setdefault(part.table, []).append(part.path)
-                _seed(settings, catalog, layout, taken.at, snapshot)
+                    rows[part.table] = rows.get(part.table, 0) + part.rows
+                _seed(settings, catalog, layout, taken.at, snapshot, rows)
             made: list[StateSummary] = []
             folded = {(t.start, t.end) for t in store.window_totals(lineage.id)}
             for window in windows:

@@ -249,7 +249,7 @@ def _open(master: str) -> SparkSession:
             _stop_classic_driver(master)
         if session is not None and _alive(session):
             if connect:  # a classic driver started since this session was made dropped pyspark's marker of Connect,
-                os.environ[CONNECT_MODE] = "1"  # which its DataFrame functions ask (without it they build classic Columns)
+                os.environ[names.SPARK_CONNECT_MODE] = "1"  # which its DataFrame functions ask (without it they build classic Columns)
             return session
         session = _create(master)
         for key, value in RUNTIME_CONF.items():
@@ -340,7 +340,6 @@ def check_java(master: str) -> None:
 # Either marker makes the classic builder refuse (CONNECT_URL_NOT_SET) or connect somewhere else, although the master
 # asked for a local or standalone driver.
 CONNECT_MARKERS = names.SPARK_CONNECT_MARKERS
-CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"  # the one pyspark's remote builder sets, and its functions ask
 
 
 def drop_connect_markers() -> None:

@@ -34,12 +34,13 @@ ROW_GROUP_BYTES = 4 << 20  # in-memory (Arrow) bytes of a row group of a state t
 BATCH_ROWS = 65_536  # rows of a change file read at a time
 READ_BUFFER = 1 << 20  # bytes of a column chunk read at a time (0: the whole chunk at once)
 
-
-class Window(dict[tuple[Any, ...], dict[str, KeyChange]]):
-    """One table's window of changes, folded, by (table, inputs, start, end): what the buckets that one Spark task
-    applies (spark/task_groups.py) read once."""
 # The tasks read Parquet without Arrow's thread pools (use_threads=False, pre_buffer=False): under a memory bound a
 # pool thread that cannot get its stack leaves the read waiting for it forever, where an allocation fails cleanly.
+
+
+class Window(dict[tuple[Any, ...], dict[str, KeyChange]]):
+    """One table's window of changes, folded, by (table, inputs, start, end): what the buckets applied one after
+    another (in one Spark task, spark/task_groups.py, or in the driver, `run_here`) read once."""
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ def _folded(task: StateTask, window: Window | None) -> dict[str, KeyChange]:
 def apply(task: StateTask, window: Window | None = None) -> list[dict[str, str]]:
     """Executor side: the window's net change of every key in the bucket; the live rows those keys had (found by the
     key columns of the bucket's files) are deleted by position and their new versions written to one new data file.
-    `window`: the folded changes the task's Spark task already read for another bucket (see `_folded`)."""
+    `window`: the folded changes already read for another bucket of the same run (see `_folded`)."""
     import pyarrow.parquet as pq
 
     handle = _open(task)
@@ -308,7 +309,7 @@ def _tasks(options: Mapping[str, str]) -> list[StateTask]:
 
 def run_task(task: StateTask, window: Window | None = None) -> list[dict[str, str]]:
     """The task's written files' entries; with a memory bound, from a process of its own bounded to it (task_memory).
-    `window`: an apply task's folded changes, shared by the buckets of one Spark task (unbounded tasks only)."""
+    `window`: an apply task's folded changes, shared by the buckets run one after another (unbounded tasks only)."""
     if task.memory is None:
         return apply(task, window) if task.kind == "apply" else _RUN[task.kind](task)
     from spanner_cdc.spark.task_memory import run_bounded
