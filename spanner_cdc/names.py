@@ -74,6 +74,9 @@ def short_token(token: str, width: int = 10) -> str:
 # process inherits it; SPARK_REMOTE, if a user exported it, points the same way. The project's spark_master decides.
 SPARK_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"  # the marker pyspark's remote builder sets and its functions ask
 SPARK_CONNECT_MARKERS = (SPARK_CONNECT_MODE, "SPARK_REMOTE")
+# Spark's `spark.python.daemon.module` for the drivers and servers started here: pyspark's daemon, with the executor
+# side's modules imported once before it forks the Python workers (spark/worker_daemon.py)
+WORKER_DAEMON_MODULE = "spanner_cdc.spark.worker_daemon"
 
 # The hourly DAG's default deadline callback, named by its path: Airflow imports it in the triggerer
 DEADLINE_CALLBACK = "spanner_cdc.orchestration.deadline.window_missed"

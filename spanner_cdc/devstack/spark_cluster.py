@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Self
 
 from spanner_cdc.errors import SpannerCdcError
+from spanner_cdc.names import WORKER_DAEMON_MODULE
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,8 @@ class ConnectServer(_Launched):
             "spark.driver.bindAddress": HOST,
             "spark.pyspark.python": sys.executable,
             "spark.python.worker.reuse": "true",
+            # its Python workers fork from the daemon that imported the executor side's modules (spark/worker_daemon.py)
+            "spark.python.daemon.module": WORKER_DAEMON_MODULE,
             "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
             **(conf or {}),
         }

@@ -95,7 +95,7 @@ def classic_conf(master: str, java_options: str = "") -> dict[str, str]:
         "spark.pyspark.driver.python": sys.executable,
         "spark.python.worker.reuse": "true",
         # the workers fork from a daemon that imported the executor side's modules once (spark/worker_daemon.py)
-        "spark.python.daemon.module": "spanner_cdc.spark.worker_daemon",
+        "spark.python.daemon.module": names.WORKER_DAEMON_MODULE,
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",

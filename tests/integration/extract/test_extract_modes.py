@@ -12,11 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.devstack.spark_cluster import StandaloneCluster, spark_home
 from spanner_cdc.lake.layout import LakeLayout
+from spanner_cdc.names import WORKER_DAEMON_MODULE
 from spanner_cdc.settings import subprocess_env
 from tests.integration.extract.lake_reading import change_of, published_rows
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
@@ -71,6 +73,13 @@ def test_standalone_cluster_through_spark_submit(
     assert summary["waves"] >= 2
 
 
+def cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # ended since it was listed
+        return []
+
+
 def test_spark_connect_through_the_cli(
     make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any, spark_connect_server: Any
 ) -> None:
@@ -84,3 +93,8 @@ def test_spark_connect_through_the_cli(
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     check_lake(settings, work, json.loads(done.stdout))
+    # the server's Python workers (not its planners') fork from the package's daemon, which imported the executor side
+    server = psutil.Process(spark_connect_server.processes[0].process.pid)
+    workers = {" ".join(argv) for argv in map(cmdline, server.children(recursive=True))
+               if argv[:1] == [sys.executable] and argv[-1] == "pyspark.worker"}  # fmt: skip
+    assert workers and all(argv.startswith(f"{sys.executable} -m {WORKER_DAEMON_MODULE} ") for argv in workers), workers
