@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from typing import Any
 
@@ -14,9 +15,19 @@ from spanner_cdc.orchestration.dag_runs import POLL_S, _short_polls
 
 @pytest.fixture
 def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """What time.sleep was asked for (nothing sleeps); the block wraps this recorder as it would the real sleep."""
+    """What this test's thread asked time.sleep for (it does not sleep); the block wraps this recorder as it would the
+    real sleep. Other threads of the process (an earlier module's, in a pytest-xdist worker) sleep as asked: recorded,
+    their loops would spin and fill the list."""
     asked: list[float] = []
-    monkeypatch.setattr(time, "sleep", asked.append)
+    test_thread, real_sleep = threading.get_ident(), time.sleep
+
+    def record(seconds: float) -> None:
+        if threading.get_ident() == test_thread:
+            asked.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", record)
     return asked
 
 
