@@ -9,7 +9,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -210,9 +212,11 @@ def test_a_bad_input_gets_one_line_and_changes_nothing(
             start = datetime.now(UTC)
             argv = [*argv[:1], "--window-start", start.isoformat(), "--window-end", (start + timedelta(seconds=10)).isoformat(),
                     *argv[len(WINDOW) + 1:]]  # fmt: skip
-        result = run(argv, env, place)
         if name == "Spanner emulator host on a closed port":
-            stop_archive_writer(tmp_path / "spark-cache")
+            with stopping_archive_writer(tmp_path / "spark-cache"):
+                result = run(argv, env, place)
+        else:
+            result = run(argv, env, place)
 
         lines = result.stderr.splitlines()
         assert len(lines) == 1, result.stderr
@@ -229,15 +233,33 @@ def test_a_bad_input_gets_one_line_and_changes_nothing(
             assert place.output_root.read_text() == "not a directory\n"
 
 
-def stop_archive_writer(cache: Path) -> None:
-    """The class archive's writer the run started in the background (its log is there): stopped, with its JVM, as
-    it has nothing left to show here and would spend half a minute of CPU writing an archive no test maps."""
+@contextmanager
+def stopping_archive_writer(cache: Path) -> Iterator[None]:
+    """The class archive's writer the run starts in the background (it logs there) stopped, with its JVM, as soon as
+    it holds its lock: it has nothing left to show here and would spend half a minute of CPU writing an archive no test
+    maps. After the block, a writer must have been started."""
+    done = threading.Event()
+
+    def stop_writers() -> None:
+        for lock in cache.glob("driver-classes-*.writing"):
+            try:
+                os.killpg(int(lock.read_text()), signal.SIGKILL)  # its own session: the writer and its driver's JVM
+            except (ValueError, ProcessLookupError):  # the lock is not written yet, or its writer has ended
+                pass
+
+    def watch() -> None:
+        while not done.wait(0.2):
+            stop_writers()
+
+    watcher = threading.Thread(target=watch, name="archive-writer-stopper", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        stop_writers()
     assert list(cache.glob("driver-classes-*.log")), f"no class archive writer was started in {cache}"
-    for lock in cache.glob("driver-classes-*.writing"):
-        try:
-            os.killpg(int(lock.read_text()), signal.SIGKILL)  # its own session: the writer and its driver's JVM
-        except (ValueError, ProcessLookupError):  # the lock is empty or its writer ended on its own
-            pass
 
 
 def counting_java(root: Path) -> tuple[Path, Path]:
