@@ -135,9 +135,17 @@ def prepare(
         log.info("migrating Airflow's metadata database (first run takes a minute)")
         env.airflow(["db", "migrate"])
         # Only with the migration: later changes of the pool's slots in the UI are the operator's to keep.
-        slots = pool_slots or settings.concurrency
-        env.airflow(["pools", "set", SPANNER_POOL, str(slots), "Bounds concurrent Spanner change stream queries"])
-        env.airflow(["pools", "set", MAINTENANCE_POOL, "1", "Lake maintenance, apart from the extracts"])
+        pools = {
+            SPANNER_POOL: {"slots": pool_slots or settings.concurrency,
+                           "description": "Bounds concurrent Spanner change stream queries"},
+            MAINTENANCE_POOL: {"slots": 1, "description": "Lake maintenance, apart from the extracts"},
+        }  # fmt: skip
+        pools_file = home / "pools.json"
+        pools_file.write_text(json.dumps(pools))
+        try:
+            env.airflow(["pools", "import", str(pools_file)])  # both in one Airflow CLI start (seconds of CPU each)
+        finally:
+            pools_file.unlink(missing_ok=True)
         write_private(stamp, migrated_stamp(version, url))
     return env
 
