@@ -13,7 +13,7 @@ import pytest
 
 from spanner_cdc.spark.session import spawn_ignoring_sigint
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.heavy(17)]  # it mostly waits: started beside the busy modules, not last
 
 SPAWNS = 400  # pyspark's own spawn (fork) lost 1-15 children in 200 here; see the comment in session.py
 

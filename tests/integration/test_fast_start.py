@@ -14,7 +14,7 @@ import pytest
 from spanner_cdc.spark import fast_start
 from spanner_cdc.spark.fast_start import FastStart
 
-pytestmark = [pytest.mark.integration, pytest.mark.heavy(55)]
+pytestmark = [pytest.mark.integration, pytest.mark.heavy(47)]
 
 DRIVER = """
 import json, pathlib

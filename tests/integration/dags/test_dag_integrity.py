@@ -9,7 +9,7 @@ import pytest
 
 from tests.integration.dags.airflow_subprocess import DAGS, REPO, airflow_env, run_json
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.heavy(14)]  # it mostly waits: started beside the busy modules, not last
 
 EXAMPLE = REPO / "config" / "streams.example.toml"
 

@@ -29,7 +29,7 @@ from tests.integration.dags.conftest import (
     write_config,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(120)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(86)]
 
 HOURLY = f"spanner_cdc_hourly__{STREAM_NAME}"
 MUTABLE_HOURLY = f"spanner_cdc_hourly__{MUTABLE_NAME}"

@@ -20,7 +20,7 @@ from spanner_cdc.devstack.embedded_pg import EmbeddedPostgres
 from spanner_cdc.devstack.workload import load_ground_truth
 from spanner_cdc.store import MetadataStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(75)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(67)]
 
 HOURS = 2
 

@@ -33,7 +33,7 @@ from tests.integration.extract.fault_campaign import (
     secret_forms,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(105), pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(83), pytest.mark.timeout(900)]
 
 STREAM_NAME = "campaign"
 DAG_ID = f"spanner_cdc_hourly__{STREAM_NAME}"

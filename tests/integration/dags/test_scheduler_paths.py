@@ -31,7 +31,7 @@ from tests.fixtures.airflow_db import prepare_copied
 from tests.integration.dags.airflow_api import Api
 from tests.integration.extract.fault_campaign import CHANGE_STREAM, INSTANCE, PROJECT, History, past_history
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(150), pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(168), pytest.mark.timeout(1200)]
 
 STREAM_NAME = "paths"
 DAG_ID = f"spanner_cdc_hourly__{STREAM_NAME}"

@@ -21,7 +21,7 @@ from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.state_table import applied_ends, read_state, snapshot_at, state_identifier
 from spanner_cdc.store import MetadataStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(50)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(21)]
 # every value capture type: the partial-update paths (NEW_VALUES, OLD_AND_NEW_VALUES) and the whole-row ones
 CAPTURES = {"NewValues": "NEW_VALUES", "OldAndNew": "OLD_AND_NEW_VALUES", "NewRow": "NEW_ROW", "NewRowOld": "NEW_ROW_AND_OLD_VALUES"}
 ACCOUNTS = ["Id", "Owner", "Balance", "Score", "Amount", "Opened"]  # in the snapshot too, with the dialect's types

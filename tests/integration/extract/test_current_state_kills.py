@@ -23,7 +23,7 @@ from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.state_table import SNAPSHOT_AT, applied_ends, read_state, state_identifier
 from spanner_cdc.settings import subprocess_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(130)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(60)]
 SEED = 30
 KILLS = 12
 STREAM = "ItemsStream"

@@ -21,7 +21,7 @@ from tests.integration.extract.lake_reading import change_of, rows_of
 from tests.integration.extract.test_extract_crash import committed_paths, extract
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(50)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(57)]
 
 
 @pytest.fixture(scope="module")

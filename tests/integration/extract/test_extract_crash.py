@@ -26,7 +26,7 @@ from spanner_cdc.store import MetadataStore
 from tests.integration.extract.lake_reading import change_of, rows_of
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(125)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(84)]
 REPO = Path(__file__).resolve().parents[3]
 SEED = 20240501
 RERUN_LIMIT_S = 150.0  # half the default lease

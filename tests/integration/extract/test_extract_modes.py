@@ -23,7 +23,7 @@ from spanner_cdc.settings import subprocess_env
 from tests.integration.extract.lake_reading import change_of, published_rows
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(45)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(52)]
 REPO = Path(__file__).resolve().parents[3]
 
 

@@ -34,7 +34,7 @@ from tests.integration.extract.fault_campaign import (
     traceback_in,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(145), pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(132), pytest.mark.timeout(900)]
 
 SEED_ENV = "SPANNER_CDC_CAMPAIGN_SEED"
 DEFAULT_SEED = 20261123

@@ -34,7 +34,7 @@ from spanner_cdc.store import MetadataStore
 from tests.integration.extract.test_extract_crash import extract
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(135)]  # the kill tests: some 30 maintain processes, on a path and on S3
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(145)]  # the kill tests: some 30 maintain processes, on a path and on S3
 DAY = timedelta(days=1)
 
 

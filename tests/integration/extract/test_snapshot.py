@@ -25,7 +25,7 @@ from spanner_cdc.orchestration.snapshot_task import first_snapshot
 from spanner_cdc.settings import subprocess_env
 from spanner_cdc.store import MetadataStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(40)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(22)]
 REPO = Path(__file__).resolve().parents[3]
 SEED = 20261123
 DDL = [

@@ -30,7 +30,7 @@ from spanner_cdc.spark.state_job import Candidate, StateTask, _partition, run_st
 from spanner_cdc.spark.task_memory import TaskMemoryError
 from spanner_cdc.store.models import WindowRow
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(30)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(32)]
 SEED = 30
 MEMORY = 64 << 20  # what each apply task may take beyond its imports
 ROWS_PER_BUCKET, FILES_PER_BUCKET = 256, 2

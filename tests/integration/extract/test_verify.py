@@ -33,7 +33,7 @@ from spanner_cdc.ui.view import load_stream
 from tests.fixtures.monitoring import AFTER_VERIFY, alerts_on, parse_exposition
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(70)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(53)]
 STREAM = "verified"
 DDL = [
     "CREATE TABLE Accounts (Id INT64 NOT NULL, Owner STRING(MAX), Balance INT64, Opened TIMESTAMP) PRIMARY KEY (Id)",

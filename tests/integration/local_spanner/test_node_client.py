@@ -14,7 +14,7 @@ import pytest
 from spanner_cdc.devstack.spanner_server import GOOGLE_STANDARD_SQL, POSTGRESQL, create_database
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.heavy(25)]  # it mostly waits: started beside the busy modules, not last
 
 NODE_DIR = Path(__file__).resolve().parents[2] / "node"
 SCHEMAS = {

@@ -15,7 +15,7 @@ from google.cloud import spanner
 from spanner_cdc.devstack.spanner_server import GOOGLE_STANDARD_SQL, POSTGRESQL, LocalSpanner, create_database
 from spanner_cdc.local_spanner.values import parse_timestamp
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.heavy(12)]  # it mostly waits: started beside the busy modules, not last
 
 SCHEMAS = {
     GOOGLE_STANDARD_SQL: ["CREATE TABLE t (k INT64 NOT NULL, v STRING(MAX)) PRIMARY KEY (k)"],

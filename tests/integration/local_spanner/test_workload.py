@@ -21,7 +21,7 @@ from spanner_cdc.times import parse_rfc3339
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.local_spanner.reading import record_keys, truth_key
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.heavy(17)]  # it mostly waits: started beside the busy modules, not last
 
 STREAM = "workload_stream"
 # 10 server minutes per real second: the default policy's time events (every 20 server minutes)

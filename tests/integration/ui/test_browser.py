@@ -9,7 +9,7 @@ import pytest
 
 from tests.fixtures.airflow_ui import STORE_PASSWORD, AirflowServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(16)]  # it mostly waits: started beside the busy modules, not last
 
 ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
 PAGE = "/spanner-cdc/streams/orders?namespace=live"
