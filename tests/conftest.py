@@ -9,7 +9,8 @@ pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.airflow_db", "tests
 
 
 def _weight(item: pytest.Item) -> tuple[int, float]:
-    """`heavy` modules first, longest first (its argument: the module's seconds in `make test`), then `slow` ones."""
+    """`heavy` modules first, longest first (its argument: the module's seconds in `make test`; a short module that
+    mostly waits carries one too, to run beside the busy ones), then `slow` ones."""
     heavy = item.get_closest_marker("heavy")
     if heavy is not None:
         return 0, -float(heavy.args[0] if heavy.args else 0)
