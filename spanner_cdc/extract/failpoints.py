@@ -65,14 +65,16 @@ def failpoint(point: str) -> None:
     asked = [(nth, action) for target, nth, action in parse(spec) if target == point]
     if not asked:
         return
+    # The hit is acted on under the lock: another thread at the same point (a concurrent token's after_publish) waits
+    # there instead of going on to its commit while this one logs, so nothing passes the point once it has fired.
     with _lock:
         _hits[point] = hit = _hits.get(point, 0) + 1
-    for nth, action in asked:
-        if hit != nth:
-            continue
-        if action == "stop":
-            log.warning("failpoint %s reached (hit %d): stopping the process (SIGSTOP)", point, hit)
-            os.kill(os.getpid(), signal.SIGSTOP)
-        else:
-            log.warning("failpoint %s reached (hit %d): killing the process", point, hit)
-            os.kill(os.getpid(), signal.SIGKILL)
+        for nth, action in asked:
+            if hit != nth:
+                continue
+            if action == "stop":
+                log.warning("failpoint %s reached (hit %d): stopping the process (SIGSTOP)", point, hit)
+                os.kill(os.getpid(), signal.SIGSTOP)
+            else:
+                log.warning("failpoint %s reached (hit %d): killing the process", point, hit)
+                os.kill(os.getpid(), signal.SIGKILL)
