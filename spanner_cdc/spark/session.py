@@ -90,6 +90,7 @@ def classic_conf(master: str, java_options: str = "") -> dict[str, str]:
     """Static settings of an in-process driver (local or against a standalone master)."""
     conf = {
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j2_config()} {JIT_OPTIONS} {java_options}".strip(),
+        "spark.executor.extraJavaOptions": JIT_OPTIONS,  # a standalone cluster's executors live for one extract too
         # executors run the data source with this interpreter, which has the package installed
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,

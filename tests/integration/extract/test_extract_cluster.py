@@ -9,12 +9,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.devstack.spark_cluster import StandaloneCluster
+from spanner_cdc.devstack.spark_cluster import DEV_JAVA_OPTIONS, StandaloneCluster
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.layout import LakeLayout, published_locations
+from spanner_cdc.spark.session import JIT_OPTIONS
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.object_store import ObjectStore
 from tests.integration.extract.lake_reading import change_of, rows_of
@@ -66,3 +68,9 @@ def test_two_workers_sharing_only_the_bucket_land_a_splitting_window_exactly(
         assert list(worker_dir.glob("app-*/*")), f"no executor ran on {worker_dir}"
     assert len({d.resolve() for d in two_workers.worker_dirs}) == 2
     assert not any(driver_dir.rglob("*.parquet"))
+    # each executor's JVM has the driver's JIT thresholds (it lives for this extract too): its command heads its stderr
+    launches = [path.read_text().splitlines()[0] for d in two_workers.worker_dirs for path in d.glob("app-*/*/stderr")]
+    assert launches and all(f'"{option}"' in line for line in launches for option in JIT_OPTIONS.split()), launches
+    # the master's and the workers' JVMs, which live for this module, have the dev stack's options
+    for process in two_workers.processes:
+        assert set(DEV_JAVA_OPTIONS.split()) <= set(psutil.Process(process.process.pid).cmdline()), process.name

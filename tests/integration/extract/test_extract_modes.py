@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.devstack.spark_cluster import StandaloneCluster, spark_home
+from spanner_cdc.devstack.spark_cluster import DEV_JAVA_OPTIONS, StandaloneCluster, spark_home
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.names import WORKER_DAEMON_MODULE
 from spanner_cdc.settings import subprocess_env
@@ -98,3 +98,6 @@ def test_spark_connect_through_the_cli(
     workers = {" ".join(argv) for argv in map(cmdline, server.children(recursive=True))
                if argv[:1] == [sys.executable] and argv[-1] == "pyspark.worker"}  # fmt: skip
     assert workers and all(argv.startswith(f"{sys.executable} -m {WORKER_DAEMON_MODULE} ") for argv in workers), workers
+    # and its JVM, which lives for the run, has the dev stack's JIT thresholds and collector
+    jvms = [argv for argv in map(cmdline, [server, *server.children(recursive=True)]) if argv[:1] and argv[0].endswith("java")]
+    assert jvms and all(set(DEV_JAVA_OPTIONS.split()) <= set(argv) for argv in jvms), jvms
