@@ -400,8 +400,6 @@ def fold_state_deletes(settings: Settings) -> list[FoldSummary]:
     bucket that has any), in one snapshot per table; reads give the same rows before, during and after."""
     from spanner_cdc.lake.iceberg import _dispose
     from spanner_cdc.lake.state_table import commit_fold
-    from spanner_cdc.spark.session import spark_session
-    from spanner_cdc.spark.state_job import Candidate, StateTask, run_state_job
 
     layout = layout_of(settings)
     catalog = state_catalog(settings)
@@ -418,6 +416,10 @@ def fold_state_deletes(settings: Settings) -> list[FoldSummary]:
             if not dirty:
                 out.append(FoldSummary(table, None))
                 continue
+            # pyspark is imported only here, for a table with deletes to fold: most maintenance runs never need it
+            from spanner_cdc.spark.session import spark_session
+            from spanner_cdc.spark.state_job import Candidate, StateTask, run_state_job
+
             groups: dict[int | None, list[Any]] = {}
             for p in planned:
                 bucket = p.file.partition[0] if bucketed else None

@@ -36,6 +36,11 @@ from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(145)]  # the kill tests: some 30 maintain processes, on a path and on S3
 DAY = timedelta(days=1)
+# `python -m spanner_cdc`, printing the top-level packages it imported as the last line of its stderr as it exits
+REPORTING_IMPORTS = (
+    "import atexit, json, runpy, sys; atexit.register(lambda: print(json.dumps(sorted({m.partition('.')[0] for m in "
+    "sys.modules})), file=sys.stderr)); runpy.run_module('spanner_cdc', run_name='__main__', alter_sys=True)"
+)
 
 
 def landed_windows(
@@ -246,17 +251,20 @@ def test_killing_maintenance_at_random_moments_and_inside_each_step_changes_noth
             storage.write_bytes(late, body)
             planted.append(late)
 
-    # how long a run that has nothing to do takes on this machine (its start, mostly): the random kills are spread
-    # over fractions and multiples of it, whatever the machine's load. Nothing to do: with a 1 KB target every file
-    # is already past it (a large target would compact every window here, before any kill)
-    began = time.monotonic()
-    idle = subprocess.run([*command, "--target-file-size", "1KB"], env=env, capture_output=True, text=True, timeout=300)
-    assert idle.returncode == 0, idle.stderr[-3000:]
-    assert json.loads(idle.stdout)["windows_compacted"] == 0
-    idle_s, scale = time.monotonic() - began, 1.0
-    phases["idle run"] = idle_s
     random_compaction_kills = 3 if lake == "local" else 1  # the bucket's runs are the slower: fewer, seeded the same
     try:
+        # how long a run that has nothing to do takes on this machine (its start, mostly): the random kills are spread
+        # over fractions and multiples of it, whatever the machine's load. Nothing to do: with a 1 KB target every file
+        # is already past it (a large target would compact every window here, before any kill)
+        began = time.monotonic()
+        idle = subprocess.run([sys.executable, "-c", REPORTING_IMPORTS, *command[3:], "--target-file-size", "1KB"], env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        idle_s, scale = time.monotonic() - began, 1.0
+        phases["idle run"] = idle_s
+        assert idle.returncode == 0, idle.stderr[-3000:]
+        assert json.loads(idle.stdout)["windows_compacted"] == 0
+        # with no state table's deletes to fold, the run never imported Spark
+        assert "pyspark" not in json.loads(idle.stderr.splitlines()[-1]), idle.stderr[-3000:]
         # compaction: killed after a table's replace snapshot of the first window (Iceberg lists the new files, its
         # marker and the manifest the originals), twice (the second run commits the same replace again), then at
         # random moments
