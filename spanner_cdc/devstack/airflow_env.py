@@ -203,13 +203,17 @@ def wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Path, tim
     raise SpannerCdcError(f"the Airflow api-server did not answer on {url} within {timeout:.0f} s; see {log_path}")
 
 
-# The triggerer's trigger runner leaves some 10 s after its supervisor's SIGINT (the supervisor's escalation delay),
-# though nothing of this stack's is left to finish by then (its one trigger work, the deadline callback, is a few
-# store reads): it is not waited for longer than this.
-TRIGGERER_GRACE_S = 3.0
+# How long a service is waited for after its SIGTERM before it is killed. The scheduler's LocalExecutor waits for its
+# running tasks, and the api-server for its requests: STOP_GRACE_S. The triggerer's trigger runner leaves some 10 s
+# after its supervisor's SIGINT (the supervisor's escalation delay), though nothing of this stack's is left to finish by
+# then (its one trigger work, the deadline callback, is a few store reads). The dag-processor exits within a second,
+# unless the signal lands while its main thread releases logging's lock: its handler's sys.exit is then "ignored" there
+# and it parses on until killed (seen in the suite: 30 s of waiting); a parse cut short loses nothing.
+STOP_GRACE_S = 30.0
+SHORT_GRACE_S = {"triggerer": 3.0, "dag-processor": 5.0}
 
 
-def _stop(processes: dict[str, subprocess.Popen[bytes]], grace_s: float = 30) -> None:
+def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
     """SIGTERM each service's process group (its workers and task processes too), then SIGKILL stragglers."""
     import signal
 
@@ -217,11 +221,11 @@ def _stop(processes: dict[str, subprocess.Popen[bytes]], grace_s: float = 30) ->
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
     for name, process in processes.items():
-        wait_s = TRIGGERER_GRACE_S if name == "triggerer" else grace_s
+        wait_s = SHORT_GRACE_S.get(name, STOP_GRACE_S)
         try:
             process.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
-            (log.info if name == "triggerer" else log.warning)("airflow %s did not stop within %.0f s: killing it", name, wait_s)
+            (log.info if name in SHORT_GRACE_S else log.warning)("airflow %s did not stop within %.0f s: killing it", name, wait_s)
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
