@@ -29,6 +29,8 @@ def test_a_service_that_ignores_sigterm_is_killed_after_its_own_grace_not_the_de
     processes = {"scheduler": service(STOPS), "dag-processor": service(IGNORES)}
     with caplog.at_level(logging.INFO, logger=airflow_env.log.name):
         airflow_env._stop(processes)
+    for process in processes.values():
+        process.stdout.close()  # type: ignore[union-attr]
     assert processes["scheduler"].returncode == -signal.SIGTERM
     assert processes["dag-processor"].returncode == -signal.SIGKILL
     said = [(r.levelname, r.getMessage()) for r in caplog.records]
