@@ -89,8 +89,10 @@ JIT_OPTIONS = (
 def classic_conf(master: str, java_options: str = "") -> dict[str, str]:
     """Static settings of an in-process driver (local or against a standalone master)."""
     conf = {
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j2_config()} {JIT_OPTIONS} {java_options}".strip(),
-        "spark.executor.extraJavaOptions": JIT_OPTIONS,  # a standalone cluster's executors live for one extract too
+        # Spark puts these defaults before the driver's and the executors' extraJavaOptions, so options a user set there
+        # (spark-defaults.conf) still apply, after ours; a standalone cluster's executors live for one extract too
+        "spark.driver.defaultJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j2_config()} {JIT_OPTIONS} {java_options}".strip(),
+        "spark.executor.defaultJavaOptions": JIT_OPTIONS,
         # executors run the data source with this interpreter, which has the package installed
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,

@@ -24,6 +24,7 @@ from tests.integration.extract.test_extract_crash import committed_paths, extrac
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(57)]
+USER_OPTION = "-Dspanner.cdc.test.user.option=kept"
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,11 @@ def test_two_workers_sharing_only_the_bucket_land_a_splitting_window_exactly(
     # the driver runs from a directory of its own, with its own temporary directory
     driver_dir = tmp_path / "driver"
     driver_dir.mkdir()
-    assert extract(settings, start, end, TMPDIR=str(driver_dir), **s3_server.env) == 0
+    # the user's own Spark configuration, with JVM options for the executors that must reach them beside the project's
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(f"spark.executor.extraJavaOptions {USER_OPTION}\n")
+    assert extract(settings, start, end, TMPDIR=str(driver_dir), SPARK_CONF_DIR=str(conf_dir), **s3_server.env) == 0
     layout = LakeLayout(settings.output_root, STREAM, settings.namespace)
     published = published_locations(layout.location)
     assert set(published) == committed_paths(store, settings)
@@ -68,9 +73,10 @@ def test_two_workers_sharing_only_the_bucket_land_a_splitting_window_exactly(
         assert list(worker_dir.glob("app-*/*")), f"no executor ran on {worker_dir}"
     assert len({d.resolve() for d in two_workers.worker_dirs}) == 2
     assert not any(driver_dir.rglob("*.parquet"))
-    # each executor's JVM has the driver's JIT thresholds (it lives for this extract too): its command heads its stderr
+    # each executor's JVM has the driver's JIT thresholds (it lives for this extract too), and the user's own options
+    # from spark-defaults.conf: its command heads its stderr
     launches = [path.read_text().splitlines()[0] for d in two_workers.worker_dirs for path in d.glob("app-*/*/stderr")]
-    assert launches and all(f'"{option}"' in line for line in launches for option in JIT_OPTIONS.split()), launches
+    assert launches and all(f'"{option}"' in line for line in launches for option in [*JIT_OPTIONS.split(), USER_OPTION]), launches
     # the master's and the workers' JVMs, which live for this module, have the dev stack's options
     for process in two_workers.processes:
         assert set(DEV_JAVA_OPTIONS.split()) <= set(psutil.Process(process.process.pid).cmdline()), process.name
