@@ -203,7 +203,7 @@ class ConnectServer(_Launched):
             "spark.python.worker.reuse": "true",
             # its Python workers fork from the daemon that imported the executor side's modules (spark/worker_daemon.py)
             "spark.python.daemon.module": WORKER_DAEMON_MODULE,
-            "spark.driver.extraJavaOptions": DEV_JAVA_OPTIONS,
+            "spark.driver.defaultJavaOptions": DEV_JAVA_OPTIONS,  # as classic_conf: before any extraJavaOptions
             "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
             **(conf or {}),
         }
