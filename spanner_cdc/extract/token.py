@@ -155,22 +155,14 @@ def attempt_spec(job: ExtractJob, claim: Claim, read_from: datetime, read_to: da
     )  # fmt: skip
 
 
-def prepare(job: ExtractJob, spec: TokenJobSpec, task: Sequence[tuple[str, int]] = ()) -> None:
-    """The lake's one step before an attempt (`lake/publish.py`): what a crashed attempt left, cleaned up, and, when
-    the executor publishes the files itself (a wave task's, named from `spec.file_stem`), this attempt's names
-    journaled with the task's (token, attempt)s."""
+def prepare(job: ExtractJob, spec: TokenJobSpec) -> None:
+    """The lake's one step before an attempt of a token's own job (`lake/publish.py`): what a crashed attempt left,
+    cleaned up."""
 
     def committed(window_start: datetime, window_end: datetime) -> set[str]:
         return {f.path for f in job.store.manifest(job.lineage_id, window_start=window_start, window_end=window_end)}
 
-    journal = None
-    if spec.file_stem:
-        journal = {
-            "lineage_id": job.lineage_id, "range_start": spec.read_from, "range_end": spec.read_to,
-            "window_start": job.window_start, "window_end": job.window_end, "stem": spec.file_stem, "task": task,
-        }  # fmt: skip
-    running = partial(job.store.any_attempt_running, job.lineage_id)
-    prepare_attempt(job.layout, spec.token, committed=committed, running=running, journal=journal)
+    prepare_attempt(job.layout, spec.token, committed=committed, running=partial(job.store.any_attempt_running, job.lineage_id))
 
 
 def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:

@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from spanner_cdc.errors import ExtractError
@@ -18,12 +19,11 @@ from spanner_cdc.extract.token import (
     LeaseKeeper,
     TokenResult,
     attempt_spec,
-    prepare,
     raise_failures,
     record_failure,
 )
 from spanner_cdc.lake.layout import task_file_stem
-from spanner_cdc.lake.publish import clear_journal
+from spanner_cdc.lake.publish import begin_task, clear_tasks, sweep_crashed
 from spanner_cdc.lineage.rules import inclusive_end
 from spanner_cdc.names import short_token
 from spanner_cdc.spark.control_file import ControlSummary
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 # Settings.wave_group_tokens, the most tokens one Spark job (and one store transaction) lands: a huge wave is still
 # committed in steps, and a job that fails as a whole sends at most this many tokens back to READY. 1 gives a job per
 # token (as before waves were grouped; the benchmark compares the two).
-START_THREADS = 8  # a group's attempts started at once (journals written, a crashed attempt's files removed)
+START_THREADS = 8  # a group's task journals written at once
 
 
 @dataclass
@@ -76,15 +76,47 @@ def extract_wave(
     table), and those whose files were published are committed in one store transaction (`complete_many`: each
     still a compare-and-set; tokens whose rows share a file commit together or not at all, so a lost claim leaves
     nothing of its rows, and a token that failed in its task is in no file). Raises after all have run if any failed, as `extract_claims` does.
+
+    Before any group starts, one listing of the lake's staging finds what crashed attempts of these tokens left
+    (`lake/publish.sweep_crashed`); a token whose cleanup failed fails here and is not read.
     """
     out = _Outcomes()
+    swept = _sweep(job, claims, out, on_start, on_done)
     with LeaseKeeper(job.store, lease) as keeper, ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         futures = [
-            pool.submit(_run_group, job, group, keeper, out, on_start, on_done) for group in groups(claims, concurrency, job.group_tokens)
+            pool.submit(_run_group, job, group, keeper, out, on_start, on_done) for group in groups(swept, concurrency, job.group_tokens)
         ]
         for future in futures:
             future.result()
     return raise_failures(job, claims, out.results, out.errors)
+
+
+def _sweep(
+    job: ExtractJob,
+    claims: Sequence[Claim],
+    out: _Outcomes,
+    on_start: Callable[[Claim], None] | None,
+    on_done: Callable[[Claim, TokenResult | None], None] | None,
+) -> list[Claim]:
+    """The claims whose crashed attempts' leftovers are cleaned up (`sweep_crashed`); the others failed."""
+
+    def committed(window_start: datetime, window_end: datetime) -> set[str]:
+        return {f.path for f in job.store.manifest(job.lineage_id, window_start=window_start, window_end=window_end)}
+
+    running = partial(job.store.any_attempt_running, job.lineage_id)
+    try:
+        failures: dict[str, BaseException] = dict(sweep_crashed(job.layout, [c.token for c in claims], committed=committed, running=running))
+    except Exception as exc:  # the staging area could not be listed or read: no token of the wave can start
+        failures = dict.fromkeys((c.token for c in claims), exc)
+    for claim in claims:
+        if claim.token in failures:
+            if on_start:
+                on_start(claim)
+            record_failure(job, claim, failures[claim.token])
+            out.errors.append((claim, failures[claim.token]))
+            if on_done:
+                on_done(claim, None)
+    return [claim for claim in claims if claim.token not in failures]
 
 
 def _run_group(
@@ -102,8 +134,8 @@ def _run_group(
         keeper.hold(claim)
     results: dict[str, TokenResult] = {}
     try:
-        landed = _land(job, group, out)
-        results = _commit(job, landed, out, started)
+        landed, journaled = _land(job, group, out)
+        results = _commit(job, landed, journaled, out, started)
         out.results.extend(results.values())
     except BaseException as exc:  # the group's commit itself failed: every token not yet failed fails
         failed = {claim.token for claim, _ in out.errors}
@@ -115,31 +147,31 @@ def _run_group(
                 on_done(claim, results.get(claim.token))
 
 
-def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> list[_Landed]:
-    """Prepare each token's attempt, run the group's Spark job, and check what each token landed; failures are recorded."""
+def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> tuple[list[_Landed], dict[str, set[str]]]:
+    """Journal each task's files, run the group's Spark job, and check what each token landed; failures are recorded.
+    Also returns the journaled tasks: each one's stem and tokens."""
     read_to = inclusive_end(job.window_end)
     by_token = {claim.token: claim for claim in group}
     planned = [_named(job, task) for task in plan_tasks([attempt_spec(job, c, c.read_from, read_to) for c in group], job.task_tokens)]
-    members = {spec.token: [(s.token, by_token[s.token].attempt) for s in task] for task in planned for spec in task}
 
-    def prepared(spec: TokenJobSpec) -> BaseException | None:
+    def journaled(task: list[TokenJobSpec]) -> BaseException | None:
         try:
-            prepare(job, spec, members[spec.token])
-        except Exception as exc:  # noqa: BLE001 - this token's failure, recorded below
+            begin_task(job.layout, task[0].file_stem, lineage_id=job.lineage_id, window_start=job.window_start,
+                       window_end=job.window_end, task=[(s.token, by_token[s.token].attempt) for s in task])  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the failure of the task's tokens, recorded below
             return exc
         return None
 
-    # each prepare waits on the lake (a crashed attempt's files removed, a journal written): they wait together
-    specs = [spec for task in planned for spec in task]
-    with ThreadPoolExecutor(max_workers=min(len(specs), START_THREADS) or 1) as pool:
-        failures = dict(zip([s.token for s in specs], pool.map(prepared, specs), strict=True))
+    # each journal is a write to the lake: they wait together
+    with ThreadPoolExecutor(max_workers=min(len(planned), START_THREADS) or 1) as pool:
+        failures = {spec.token: failure for task, failure in zip(planned, pool.map(journaled, planned), strict=True) for spec in task}
     for claim in group:
         failure = failures[claim.token]
         if failure is not None:
             record_failure(job, claim, failure)
             out.errors.append((claim, failure))
-    tasks = [[s for s in task if failures[s.token] is None] for task in planned]
-    tasks = [task for task in tasks if task]
+    tasks = [task for task in planned if failures[task[0].token] is None]
+    stems = {task[0].file_stem: {s.token for s in task} for task in tasks}
     ready = [s for task in tasks for s in task]
     for spec in ready:
         log.info("%s %s: reading %s .. %s in a wave job", job.stream, short_token(spec.token), spec.read_from.isoformat(),
@@ -159,7 +191,7 @@ def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> list[_Landed]:
             checked.append((outcome, None))
         except Exception as exc:
             checked.append((outcome, exc))
-    return _completions(job, by_token, checked, out)
+    return _completions(job, by_token, checked, out), stems
 
 
 def _named(job: ExtractJob, task: list[TokenJobSpec]) -> list[TokenJobSpec]:
@@ -256,8 +288,11 @@ def _log_job_time(job: ExtractJob, outcomes: Sequence[TokenOutcome], wall_s: flo
                  sum(o.summary.cpu_s for o in outcomes if o.summary is not None))  # fmt: skip
 
 
-def _commit(job: ExtractJob, landed: list[_Landed], out: _Outcomes, started: float) -> dict[str, TokenResult]:
-    """The landed tokens in one store transaction (their files were published first); lost claims are reported."""
+def _commit(
+    job: ExtractJob, landed: list[_Landed], journaled: dict[str, set[str]], out: _Outcomes, started: float
+) -> dict[str, TokenResult]:
+    """The landed tokens in one store transaction (their files were published first); lost claims are reported. The
+    journal of each task whose tokens all committed is cleared; the others' stay for their retries."""
     if not landed:
         return {}
     for _ in landed:
@@ -285,7 +320,6 @@ def _commit(job: ExtractJob, landed: list[_Landed], out: _Outcomes, started: flo
         if item.claim.token not in done:
             continue
         failpoint("after_commit")
-        clear_journal(job.layout, item.claim.token)  # committed: its files are the manifest's now
         summary = item.summary
         results[item.claim.token] = TokenResult(
             token=item.claim.token, records=summary.rows, files=len(item.completion.files), finished=summary.finished,
@@ -293,6 +327,10 @@ def _commit(job: ExtractJob, landed: list[_Landed], out: _Outcomes, started: flo
             data_change_records=summary.data_records, read_from=item.spec.read_from, read_to=item.spec.read_to,
             elapsed_s=elapsed,
         )  # fmt: skip
+    try:
+        clear_tasks(job.layout, [stem for stem, tokens in journaled.items() if tokens <= done])
+    except Exception as exc:  # noqa: BLE001 - committed all the same; the next wave's sweep finds them committed
+        log.warning("%s: could not clear the journals of a committed wave job: %s", job.stream, exc)
     log.info("%s: a wave job landed %d token(s), %d rows, in one commit (%.1fs); children ready: %d",
              job.stream, len(results), sum(r.records for r in results.values()), elapsed, len(batch.promoted))  # fmt: skip
     return results

@@ -17,6 +17,7 @@ from spanner_cdc.lake.storage import find, join, scheme_of
 STAGING_DIR = "_staging"
 WINDOWS_DIR = "_windows"
 JOURNAL_NAME = "publishing.json"
+TASKS_DIR = "_tasks"  # under _staging: a wave task's journal, named for its files' stem (no token's digest starts with _)
 SNAPSHOT_DIR = "snapshot"  # the initial snapshot's area: snapshot/table=<T>/part-...; its marker snapshot/_snapshot.json
 SNAPSHOT_MARKER = "_snapshot.json"
 CURRENT_DIR = "current"  # the Parquet current states of earlier releases (now Iceberg tables under _current/): left to readers
@@ -135,6 +136,14 @@ class LakeLayout:
 
     def journal_location(self, token: str) -> str:
         return join(self.staging_location(token), JOURNAL_NAME)
+
+    @property
+    def staging_area(self) -> str:
+        """Every token's staging and every wave task's journal: `_staging/` under the lineage's root."""
+        return join(self.location, STAGING_DIR)
+
+    def task_journal_location(self, stem: str) -> str:
+        return join(self.staging_area, TASKS_DIR, f"{stem}.json")
 
     def marker_location(self, window_start: datetime, window_end: datetime) -> str:
         return join(self.location, WINDOWS_DIR, f"{compact_time(window_start)}--{compact_time(window_end)}.json")

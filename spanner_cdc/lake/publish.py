@@ -11,14 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
 from spanner_cdc.lake import storage
 from spanner_cdc.lake.columns import PARTITION_COLUMN
-from spanner_cdc.lake.layout import LakeLayout
+from spanner_cdc.lake.layout import TASKS_DIR, LakeLayout, token_digest
 from spanner_cdc.store.models import ManifestFile
 
 log = logging.getLogger(__name__)
@@ -133,13 +132,13 @@ def _move_into_place(staged: StagedFile, dest: Path, entry: Callable[..., Manife
 
 def prepare_attempt(
     layout: LakeLayout, token: str, *, committed: Callable[[datetime, datetime], Collection[str]],
-    running: Callable[[Sequence[tuple[str, int]]], bool], journal: dict[str, Any] | None,
+    running: Callable[[Sequence[tuple[str, int]]], bool],
 ) -> None:  # fmt: skip
-    """The lake's one step before an attempt of `token` runs: what a crashed attempt journaled, published and never
-    committed deleted, its staging cleared, and this attempt's names journaled (`journal`: begin_attempt's fields).
+    """The lake's one step before an attempt of `token` runs on its own staging (the `spark` writer): what a crashed
+    attempt journaled, published and never committed deleted, and its staging cleared.
 
-    `committed(window_start, window_end)` gives the manifest's paths of the crashed attempt's window. A wave task's
-    files hold the rows of all its tokens, and its tokens journal the same names: they are deleted only once no
+    `committed(window_start, window_end)` gives the manifest's paths of the crashed attempt's window. A journal of an
+    earlier release's wave task (its `task`: the (token, attempt)s whose rows its files hold) deletes them only once no
     token of that task is still RUNNING in that attempt (`running`), which could still commit them; otherwise they
     are left to the window's close (`markers.remove_window_orphans`) or to `lake maintain`.
     """
@@ -152,28 +151,100 @@ def prepare_attempt(
             done = committed(datetime.fromisoformat(old["window_start"]), datetime.fromisoformat(old["window_end"]))
             remove_orphans(layout, token, done)
     clear_old_attempts(layout, token)
-    if journal is not None:
-        begin_attempt(layout, token, **journal)
 
 
-def begin_attempt(
-    layout: LakeLayout, token: str, *, lineage_id: int, range_start: datetime, range_end: datetime,
-    window_start: datetime, window_end: datetime, stem: str | None = None, task: Sequence[tuple[str, int]] = (),
+def begin_task(
+    layout: LakeLayout, stem: str, *, lineage_id: int, window_start: datetime, window_end: datetime,
+    task: Sequence[tuple[str, int]],
 ) -> None:  # fmt: skip
-    """Journal, before an executor writes anything, the names its files will take (a glob over the tables of the
-    names starting with `stem`, by default the token's own), so that the next attempt on this token can delete
-    what a crashed one wrote but never committed; `task`: the (token, attempt)s whose rows those files may hold."""
-    stem = stem or layout.file_stem(lineage_id, token, range_start, range_end)
+    """Journal, before a wave task's executor writes anything, the names its files will take (the window's objects
+    whose names start with `stem`) and the (token, attempt)s whose rows they may hold: one journal per task, so that
+    the next attempt of any of those tokens can delete what the task published but never committed
+    (`sweep_crashed`). `clear_task` once all of them are committed."""
     journal = {
         "lineage_id": lineage_id,
         "window_start": window_start.isoformat(),
         "window_end": window_end.isoformat(),
-        "range_start": range_start.isoformat(),
-        "range_end": range_end.isoformat(),
         "pattern": layout.window_objects_pattern(lineage_id, window_start, stem),
         "task": [list(pair) for pair in task],
     }
-    storage.write_bytes(layout.journal_location(token), json.dumps(journal, indent=1, sort_keys=True).encode())
+    storage.write_bytes(layout.task_journal_location(stem), json.dumps(journal).encode())
+
+
+def clear_tasks(layout: LakeLayout, stems: Collection[str]) -> None:
+    """The journals of these tasks, whose tokens are all committed: their files are the manifest's now."""
+    storage.remove(layout.task_journal_location(stem) for stem in stems)
+
+
+def sweep_crashed(
+    layout: LakeLayout, tokens: Collection[str], *, committed: Callable[[datetime, datetime], Collection[str]],
+    running: Callable[[Sequence[tuple[str, int]]], bool],
+) -> dict[str, Exception]:
+    """Before a wave's attempts of `tokens` begin: what crashed attempts left, deleted, found by one listing of the
+    staging area rather than by a request per token. Returns the tokens whose cleanup failed, with why.
+
+    - Every wave task's journal (`begin_task`) whose (token, attempt)s are none of them RUNNING any more (`running`):
+      no attempt can commit its files now, so those the manifest of its window (`committed(window_start,
+      window_end)`) does not list are deleted, then the journal. A journal with an attempt still RUNNING (another
+      run's task, or one whose commit is late) is left, with its files; the window's close
+      (`markers.remove_window_orphans`) or `lake maintain` deletes files nobody committed, and a later sweep the journal.
+    - A token of `tokens` with its own staging (a `spark` writer's attempt, or a journal of an earlier release):
+      `prepare_attempt`, as before a token's own job.
+    """
+    by_digest = {token_digest(token): token for token in tokens}
+    base = storage.identity(layout.staging_area) + "/"
+    journals: list[str] = []
+    staged: set[str] = set()
+    for location in storage.find(layout.staging_area):
+        parts = storage.identity(location).removeprefix(base).split("/")
+        if parts[0] == TASKS_DIR and len(parts) == 2 and parts[1].endswith(".json") and not parts[1].startswith("."):
+            journals.append(location)
+        elif parts[0] in by_digest:
+            staged.add(by_digest[parts[0]])
+    failures: dict[str, Exception] = {}
+    wanted = set(by_digest.values())
+    for location in journals:
+        failures.update(_sweep_task(location, wanted, committed, running))
+    for token in sorted(staged - failures.keys()):
+        try:
+            prepare_attempt(layout, token, committed=committed, running=running)
+        except Exception as exc:  # noqa: BLE001 - this token's failure, for its caller to record
+            failures[token] = exc
+    return failures
+
+
+def _sweep_task(
+    location: str, tokens: Collection[str], committed: Callable[[datetime, datetime], Collection[str]],
+    running: Callable[[Sequence[tuple[str, int]]], bool],
+) -> dict[str, Exception]:
+    """One task journal of `sweep_crashed`: {} when handled or left; when its cleanup failed, the failure of the tokens
+    of `tokens` it names (another run's journal that could not be swept is only a warning: a later sweep retries).
+    A journal that cannot be read fails the whole sweep (it may name any token)."""
+    name = location.rsplit("/", 1)[-1]
+    data = storage.read_bytes(location)
+    if data is None:  # cleared since the listing (its task committed)
+        return {}
+    try:
+        journal = json.loads(data)
+        task = [(str(t), int(a)) for t, a in journal["task"]]
+    except (ValueError, KeyError, TypeError) as exc:  # not a journal this project wrote: never ours to act on
+        log.warning("%s: not a wave task's journal, left alone: %s", name, exc)
+        return {}
+    try:
+        if running(task):
+            return {}
+        done = committed(datetime.fromisoformat(journal["window_start"]), datetime.fromisoformat(journal["window_end"]))
+        kept = {storage.identity(p) for p in done}
+        removed = storage.remove(p for p in storage.glob(journal["pattern"]) if storage.identity(p) not in kept)
+        if removed:
+            log.warning("%s: removed %d file(s) a crashed wave task published", name, len(removed))
+        storage.remove([location])
+    except Exception as exc:  # noqa: BLE001 - the failure of every token of ours the task held
+        mine = [token for token, _ in task if token in tokens]
+        if not mine:
+            log.warning("%s: could not sweep a wave task's journal: %s", name, exc)
+        return dict.fromkeys(mine, exc)
+    return {}
 
 
 def read_journal(layout: LakeLayout, token: str) -> dict | None:

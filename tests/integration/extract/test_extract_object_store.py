@@ -36,6 +36,10 @@ def rows_of(locations: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def task_journals(layout: LakeLayout) -> list[str]:
+    return [p for p in storage.find(layout.staging_area) if "/_tasks/" in p]
+
+
 def test_a_window_lands_in_the_bucket_exactly_after_a_crash(
     object_store: ObjectStore, make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any,
     store: MetadataStore, request: pytest.FixtureRequest,
@@ -59,12 +63,14 @@ def test_a_window_lands_in_the_bucket_exactly_after_a_crash(
     written = published_locations(layout.location)
     assert written and not set(written) & committed_paths(store, settings)
     assert not storage.exists(layout.marker_location(start, end))
+    assert task_journals(layout), "the killed run's wave tasks should have journaled their files' names in the bucket"
     # what an attempt over another range would have left under the window (a token re-read further)
     orphan = written[0].replace("-000.parquet", "-001.parquet")
     storage.write_bytes(orphan, storage.read_bytes(written[0]) or b"")
     assert extract(settings, start, end, **object_store.env) == 0
     published = published_locations(layout.location)
     assert set(published) == committed_paths(store, settings) and orphan not in published
+    assert task_journals(layout) == []  # the killed run's swept by the re-run, the re-run's own cleared once committed
     marker = json.loads(storage.read_bytes(layout.marker_location(start, end)) or b"{}")
     assert sorted(f"{layout.location}/{f['path']}" for f in marker["files"]) == published
     assert marker["rows"] == len(work.expected) and marker["transaction_check"]["ok"]

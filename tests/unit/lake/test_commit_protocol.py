@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from spanner_cdc.lake import storage
-from spanner_cdc.lake.layout import LakeLayout, published_locations
+from spanner_cdc.lake.layout import LakeLayout, published_locations, task_object_name
 from spanner_cdc.lake.markers import write_marker
-from spanner_cdc.lake.publish import begin_attempt, read_journal, remove_orphans
+from spanner_cdc.lake.publish import (
+    begin_task,
+    clear_tasks,
+    prepare_attempt,
+    read_journal,
+    remove_orphans,
+    sweep_crashed,
+)
 from spanner_cdc.store.models import ManifestFile
 from tests.unit.lake.records import T0
 
@@ -22,6 +32,21 @@ def put(layout: LakeLayout, *, token: str = "tok", start=T0, table: str = "Users
     location = layout.published_location(lineage_id=lineage, token=token, range_start=start, range_end=LAST, table=table, window_start=T0)
     storage.write_bytes(location, b"parquet bytes")
     return location
+
+
+def begin_attempt(
+    layout: LakeLayout, token: str, *, lineage_id: int, range_start: datetime, range_end: datetime, window_start: datetime,
+    window_end: datetime, stem: str | None = None, task: Sequence[tuple[str, int]] = (),
+) -> None:  # fmt: skip
+    """A token's own journal as an earlier release's wave attempt wrote it (a retry still honours those): the glob
+    of its files' names (by default the token's own stem) and the (token, attempt)s whose rows they may hold."""
+    stem = stem or layout.file_stem(lineage_id, token, range_start, range_end)
+    journal = {
+        "lineage_id": lineage_id, "window_start": window_start.isoformat(), "window_end": window_end.isoformat(),
+        "range_start": range_start.isoformat(), "range_end": range_end.isoformat(),
+        "pattern": layout.window_objects_pattern(lineage_id, window_start, stem), "task": [list(pair) for pair in task],
+    }  # fmt: skip
+    storage.write_bytes(layout.journal_location(token), json.dumps(journal).encode())
 
 
 def manifest_of(location: str, token: str = "tok") -> ManifestFile:
@@ -69,9 +94,6 @@ def test_the_marker_is_written_after_the_windows_unlisted_objects_are_removed(tm
 def test_a_tasks_files_are_deleted_by_a_retry_only_once_none_of_its_tokens_is_running_in_it(tmp_path: Path) -> None:
     """A wave task's files hold several tokens' rows: a retry of one of them deletes what that task published and
     never committed only once no token of the task is still RUNNING in that attempt (it could still commit them)."""
-    from spanner_cdc.lake.layout import task_object_name
-    from spanner_cdc.lake.publish import prepare_attempt
-
     layout = LakeLayout(tmp_path / "lake", "cs", "live")
     task = [("tok", 1), ("other", 4)]
     for token, _ in task:
@@ -85,7 +107,100 @@ def test_a_tasks_files_are_deleted_by_a_retry_only_once_none_of_its_tokens_is_ru
         asked.append(list(pairs))
         return True  # "other" still runs in attempt 4: its commit may name the file yet
 
-    prepare_attempt(layout, "tok", committed=lambda s, e: set(), running=running, journal=None)  # type: ignore[arg-type]
+    prepare_attempt(layout, "tok", committed=lambda s, e: set(), running=running)  # type: ignore[arg-type]
     assert asked == [task] and storage.exists(shared) and read_journal(layout, "tok") is None
-    prepare_attempt(layout, "other", committed=lambda s, e: set(), running=lambda pairs: False, journal=None)
+    prepare_attempt(layout, "other", committed=lambda s, e: set(), running=lambda pairs: False)
     assert not storage.exists(shared)  # no token of the task can commit it any more: the retry deletes it
+
+
+def task_file(layout: LakeLayout, stem: str, table: str = "Users") -> str:
+    location = task_object_name(layout.location, stem=stem, content="c0ffee", table=table, window_start=T0, sequence=0)
+    storage.write_bytes(location, b"parquet bytes")
+    return location
+
+
+def journal_task(layout: LakeLayout, stem: str, task: list[tuple[str, int]]) -> None:
+    begin_task(layout, stem, lineage_id=3, window_start=T0, window_end=E, task=task)
+
+
+def journals(layout: LakeLayout) -> list[str]:
+    return [p for p in storage.find(layout.staging_area) if "/_tasks/" in p]
+
+
+def test_a_sweep_deletes_what_a_crashed_task_published_and_never_committed_and_keeps_the_rest(tmp_path: Path) -> None:
+    """A wave task journals its files' names once for all its tokens; the next wave's sweep deletes the files of a
+    task none of whose attempts is RUNNING any more, unless the manifest lists them, then the journal."""
+    layout = LakeLayout(tmp_path / "lake", "cs", "live")
+    journal_task(layout, "part-L3-tCRASHED", [("a", 1), ("b", 1)])
+    crashed = [task_file(layout, "part-L3-tCRASHED"), task_file(layout, "part-L3-tCRASHED", "Orders")]
+    journal_task(layout, "part-L3-tHALF", [("c", 1)])  # committed, then killed before its journal was cleared
+    committed = task_file(layout, "part-L3-tHALF")
+    untouched = task_file(layout, "part-L3-tOTHER")  # no journal names it: only a window's close may delete it
+    asked: list[list[tuple[str, int]]] = []
+
+    def running(pairs: Sequence[tuple[str, int]]) -> bool:
+        asked.append(list(pairs))
+        return False
+
+    failures = sweep_crashed(layout, ["a", "z"], committed=lambda s, e: {committed} if (s, e) == (T0, E) else set(), running=running)
+    assert failures == {}
+    assert sorted(asked) == [[("a", 1), ("b", 1)], [("c", 1)]]
+    assert not any(storage.exists(p) for p in crashed)
+    assert storage.exists(committed) and storage.exists(untouched)
+    assert journals(layout) == []  # both swept: the one naming none of the wave's tokens too, as nobody runs it
+
+
+def test_a_task_with_an_attempt_still_running_is_left_with_its_files(tmp_path: Path) -> None:
+    layout = LakeLayout(tmp_path / "lake", "cs", "live")
+    journal_task(layout, "part-L3-tLIVE", [("a", 1), ("b", 2)])
+    shared = task_file(layout, "part-L3-tLIVE")
+    # "b" still runs in attempt 2 (another run's, or a late commit): it may still name the file in its commit
+    assert sweep_crashed(layout, ["a"], committed=lambda s, e: set(), running=lambda pairs: ("b", 2) in pairs) == {}
+    assert storage.exists(shared) and len(journals(layout)) == 1
+    assert sweep_crashed(layout, ["a"], committed=lambda s, e: set(), running=lambda pairs: False) == {}
+    assert not storage.exists(shared) and journals(layout) == []
+
+
+def test_a_failed_sweep_fails_only_the_tokens_the_task_names(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    layout = LakeLayout(tmp_path / "lake", "cs", "live")
+    journal_task(layout, "part-L3-tMINE", [("a", 1), ("b", 1)])
+    journal_task(layout, "part-L3-tTHEIRS", [("x", 1)])
+    storage.write_bytes(layout.task_journal_location("part-L3-tJUNK"), b"not json")
+
+    def running(pairs: Sequence[tuple[str, int]]) -> bool:
+        raise ConnectionError("the store is down")
+
+    failures = sweep_crashed(layout, ["a", "c"], committed=lambda s, e: set(), running=running)
+    assert {token: str(exc) for token, exc in failures.items()} == {"a": "the store is down"}
+    assert len(journals(layout)) == 3  # all left for a later sweep
+    assert "could not sweep a wave task's journal" in caplog.text and "not a wave task's journal" in caplog.text
+
+
+def test_a_sweep_reads_no_token_of_the_wave_on_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One listing of the staging area per wave, not a request per token: with nothing left by crashes, a wave of
+    many tokens reads, finds and deletes nothing else; a token whose own staging the listing shows is prepared."""
+    layout = LakeLayout(tmp_path / "lake", "cs", "live")
+    begin_attempt(layout, "t7", lineage_id=3, range_start=T0, range_end=LAST, window_start=T0, window_end=E)
+    crashed = put(layout, token="t7")  # a spark-writer attempt of t7 published this and died
+    calls: list[str] = []
+    for name in ("read_bytes", "find", "glob", "remove"):
+        real = getattr(storage, name)
+        monkeypatch.setattr(storage, name, lambda *a, _real=real, _name=name, **k: (calls.append(_name), _real(*a, **k))[1])
+    tokens = [f"t{n}" for n in range(500)]
+    assert sweep_crashed(layout, tokens, committed=lambda s, e: set(), running=lambda pairs: False) == {}
+    assert calls.count("find") == 2  # the staging area, then t7's own staging (clear_old_attempts)
+    assert calls.count("read_bytes") == 2  # t7's journal, read by prepare_attempt and by remove_orphans
+    assert not storage.exists(crashed) and read_journal(layout, "t7") is None
+    calls.clear()
+    assert sweep_crashed(layout, tokens, committed=lambda s, e: set(), running=lambda pairs: False) == {}
+    assert calls == ["find"]
+
+
+def test_a_committed_tasks_journal_is_cleared(tmp_path: Path) -> None:
+    layout = LakeLayout(tmp_path / "lake", "cs", "live")
+    journal_task(layout, "part-L3-tDONE", [("a", 1)])
+    journal_task(layout, "part-L3-tKEPT", [("b", 1)])
+    journal = json.loads(storage.read_bytes(layout.task_journal_location("part-L3-tDONE")) or b"{}")
+    assert journal["pattern"] == layout.window_objects_pattern(3, T0, "part-L3-tDONE") and journal["task"] == [["a", 1]]
+    clear_tasks(layout, ["part-L3-tDONE"])
+    assert journals(layout) == [layout.task_journal_location("part-L3-tKEPT")]
