@@ -157,3 +157,25 @@ def test_a_driver_spawned_from_another_thread_is_out_of_the_terminals_reach() ->
     finally:
         child.kill()
         child.wait(30)
+
+
+def test_a_stopped_local_driver_still_shuts_its_accumulator_server_down_and_the_next_one_counts() -> None:
+    """stop_sessions does not wait in line for pyspark's accumulator server (its handler polls once a second); in a
+    process that goes on, the server is still shut down and its socket closed, and the next driver's accumulators
+    reach a server of their own."""
+    from spanner_cdc.spark.session import spark_session, stop_sessions
+
+    try:
+        first = spark_session("local[1]")
+        server = first.sparkContext._accumulatorServer
+        assert server is not None and first.range(3).count() == 3
+        stop_sessions()
+        for stopper in [t for t in threading.enumerate() if t.name == "spark-accumulator-stop"]:
+            stopper.join(timeout=60)
+        assert server.server_shutdown and server.socket.fileno() == -1
+        again = spark_session("local[1]")
+        counter = again.sparkContext.accumulator(0)
+        again.sparkContext.parallelize(range(10), 2).foreach(lambda n: counter.add(n))
+        assert counter.value == 45
+    finally:
+        stop_sessions()
