@@ -1,3 +1,3 @@
-from spanner_cdc.cli.main import main
+from spanner_cdc.cli.main import run
 
-raise SystemExit(main())
+run()

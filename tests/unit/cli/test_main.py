@@ -124,3 +124,33 @@ def test_a_bad_output_root_scheme_is_one_line_naming_the_flag(capsys: pytest.Cap
     assert err.strip() == (
         "spanner-cdc: error: invalid --output-root='gcs://bucket/lake': expected a local path, gs://bucket/prefix or s3://bucket/prefix"
     )
+
+
+RUN_WITH_A_THREAD_AND_A_HOOK = """
+import atexit, sys, threading, time
+from pathlib import Path
+import spanner_cdc.cli.main as cli
+
+def late_write():
+    time.sleep(0.3)
+    Path(sys.argv[1]).write_text("thread done")
+
+threading.Thread(target=late_write).start()  # not a daemon: an interpreter's exit waits for it
+atexit.register(lambda: print("hook ran"))
+cli.main = lambda argv=None: (print("x" * 100_000, end=""), 3)[1]
+cli.run()
+"""
+
+
+def test_the_command_ends_with_mains_code_after_its_threads_its_exit_hooks_and_all_its_output(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`run` (the installed command, `python -m spanner_cdc`) skips the interpreter's teardown, not its exit steps."""
+    import os
+    import subprocess
+    import sys
+
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout to a pipe is buffered then
+    done = subprocess.run([sys.executable, "-c", RUN_WITH_A_THREAD_AND_A_HOOK, str(tmp_path / "t")], capture_output=True,
+                          text=True, timeout=120, env=buffered)  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "x" * 100_000 + "hook ran\n"  # a pipe's buffered output flushed, after the hooks'
+    assert (tmp_path / "t").read_text() == "thread done"
