@@ -158,10 +158,10 @@ class Settings:
 
     # ---- tuning: how an extract spends its work; read by the driver, carried to executors in their job specs
     wave_group_tokens: int = field(
-        default=256, metadata=_meta(int_between(1, 10_000), "most tokens in one Spark job (and store commit) of a wave; 1: a job per token")
+        default=512, metadata=_meta(int_between(1, 10_000), "most tokens in one Spark job (and store commit) of a wave; 1: a job per token")
     )
     task_tokens: int = field(
-        default=64, metadata=_meta(int_between(1, 1000), "tokens one task of a wave job lands; 1: a task per token")
+        default=0, metadata=_meta(int_between(0, 1000), "tokens one task of a wave job lands; 0: as few tasks as fill the job's share of Spark's cores (at most 512 tokens each); 1: a task per token")
     )
     task_threads: int = field(
         default=4, metadata=_meta(int_between(1, 64), "how many of a task's tokens it lands at once; 1: one after another")

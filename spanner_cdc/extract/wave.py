@@ -152,7 +152,7 @@ def _land(job: ExtractJob, group: list[Claim], out: _Outcomes) -> tuple[list[_La
     Also returns the journaled tasks: each one's stem and tokens."""
     read_to = inclusive_end(job.window_end)
     by_token = {claim.token: claim for claim in group}
-    planned = [_named(job, task) for task in plan_tasks([attempt_spec(job, c, c.read_from, read_to) for c in group], job.task_tokens)]
+    planned = [_named(job, task) for task in plan_tasks([attempt_spec(job, c, c.read_from, read_to) for c in group], job.task_tokens, job.task_share)]
 
     def journaled(task: list[TokenJobSpec]) -> BaseException | None:
         try:

@@ -295,6 +295,7 @@ def extract_tokens(
             writer=settings.lake_writer,
             group_tokens=settings.wave_group_tokens,
             task_tokens=settings.task_tokens,
+            task_share=_task_share(spark, settings.concurrency),
             task_threads=settings.task_threads,
             file_bytes=settings.target_file_size,
         )
@@ -303,6 +304,14 @@ def extract_tokens(
         # together; Spark's own Parquet writer needs a job (and a commit) per token
         run = extract_wave if job.writer == "arrow" else extract_claims
         return run(job, claims, concurrency=settings.concurrency, lease=lease, on_start=tracker.started, on_done=tracker.done)
+
+
+def _task_share(spark: Any, concurrency: int) -> int | None:
+    """The cores a group's job may fill: Spark's cores over the groups running at once (None: Spark does not say)."""
+    from spanner_cdc.spark.session import spark_cores
+
+    cores = spark_cores(spark)
+    return None if cores is None else max(1, cores // max(1, concurrency))
 
 
 def _connection(settings: Settings, dialect: str, partition_mode: str) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from spanner_cdc.spark.task_files import (
     TokenSpool,
     build_held,
     content_digest,
+    token_budgets,
 )
 
 FILES_SCHEMA = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64())])
@@ -43,10 +44,11 @@ PUBLISH_THREADS = 8  # a token's files published at once (one per table)
 
 
 def envelope_batches(
-    spec: TokenJobSpec, records: Iterable[ChangeRecord], summary: ControlSummary, hold: list[EnvelopeBatcher] | None = None
+    spec: TokenJobSpec, records: Iterable[ChangeRecord], summary: ControlSummary, hold: list[EnvelopeBatcher] | None = None,
+    hold_bytes: int = HOLD_BYTES,
 ) -> Iterator[pa.RecordBatch]:
     """Data change records -> bounded lake batches; every record (control ones too) is noted in `summary`. `hold`: a
-    token whose rows all fit in HOLD_BYTES yields none; its batcher, rows not built, goes into `hold` instead (a wave
+    token whose rows all fit in `hold_bytes` yields none; its batcher, rows not built, goes into `hold` instead (a wave
     task builds its small tokens' rows together: `TokenSpool.hold`)."""
     batcher = EnvelopeBatcher(
         EnvelopeContext(spec.stream, spec.read_method, spec.token, spec.window_start, spec.window_end),
@@ -63,7 +65,7 @@ def envelope_batches(
                     yield batch
         else:
             summary.observe(record)
-    if hold is not None and not taken and batcher.held_bytes <= HOLD_BYTES:
+    if hold is not None and not taken and batcher.held_bytes <= hold_bytes:
         hold.append(batcher)
         return
     batch = batcher.take()
@@ -105,14 +107,16 @@ def _database(spec: TokenJobSpec | Any) -> Any:
         return _databases[key]
 
 
-def _read(spec: TokenJobSpec, summary: ControlSummary, hold: list[EnvelopeBatcher] | None = None) -> Iterator[pa.RecordBatch]:
+def _read(
+    spec: TokenJobSpec, summary: ControlSummary, hold: list[EnvelopeBatcher] | None = None, hold_bytes: int = HOLD_BYTES
+) -> Iterator[pa.RecordBatch]:
     from spanner_cdc.source.reader import PartitionReader
 
     reader = PartitionReader(
         _database(spec), spec.stream, dialect=spec.dialect, heartbeat_ms=spec.heartbeat_ms, partition_mode=spec.partition_mode
     )
     try:
-        yield from envelope_batches(spec, reader.read(spec.token, spec.read_from, spec.read_to), summary, hold)
+        yield from envelope_batches(spec, reader.read(spec.token, spec.read_from, spec.read_to), summary, hold, hold_bytes)
     finally:
         summary.resumes = reader.resumes
 
@@ -233,18 +237,20 @@ class TableFiles:
         )
 
 
-def spool_token(spec: TokenJobSpec, directory: Path) -> tuple[ControlSummary, TokenSpool | None]:
-    """One token of a wave task read into a spool of its own: its summary, and its spool (None when it failed).
+def spool_token(spec: TokenJobSpec, directory: Path, tokens: int = 1) -> tuple[ControlSummary, TokenSpool | None]:
+    """One token of a wave task of `tokens` read into a spool of its own (with its share of the task's memory,
+    `token_budgets`): its summary, and its spool (None when it failed).
 
     A token that fails ends quietly: its summary carries its error (the driver fails that token alone) and its rows
     are dropped, so the task's other tokens still land in the same job. A task that dies returns no row: its tokens
     fail with the job.
     """
     summary, clock = ControlSummary(spec.token, spec.read_from, spec.read_to), _Clock()
-    spool = TokenSpool(directory / token_digest(spec.token))
+    memory_bytes, hold_bytes = token_budgets(tokens)
+    spool = TokenSpool(directory / token_digest(spec.token), memory_bytes)
     held: list[EnvelopeBatcher] = []
     try:
-        for batch in _read(spec, summary, held):
+        for batch in _read(spec, summary, held, hold_bytes):
             spool.write(batch)
         spool.close()
         if held:  # a small token: its rows are built with the task's other small ones (build_held)
@@ -331,9 +337,9 @@ def _file_rows(files: Iterable[TaskFile]) -> Iterator[pa.RecordBatch]:
 
 def _spool_all(specs: list[TokenJobSpec], threads: int, directory: Path) -> list[tuple[ControlSummary, TokenSpool | None]]:
     if threads <= 1 or len(specs) <= 1:
-        return [spool_token(spec, directory) for spec in specs]
+        return [spool_token(spec, directory, len(specs)) for spec in specs]
     pool = _process_pool("token", threads)
-    futures = [pool.submit(spool_token, spec, directory) for spec in specs]
+    futures = [pool.submit(spool_token, spec, directory, len(specs)) for spec in specs]
     try:
         return [future.result() for future in futures]
     finally:  # a task that ends early (an error) leaves no token reading behind it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -367,6 +368,27 @@ def classic_builder(master: str, app_name: str, java_options: str = "") -> Any:
 def is_classic(session: Any) -> bool:
     """A session of this process's own driver, not a Connect session (which pyspark may hand out as the active one)."""
     return not type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def spark_cores(session: Any) -> int | None:
+    """The cores Spark runs this session's tasks on, when it says: a classic driver's default parallelism, or the
+    N of a Connect server's local[N] master; None otherwise (a Connect server's cluster, or local[*] elsewhere)."""
+    if is_classic(session):
+        return int(session.sparkContext.defaultParallelism)
+    try:
+        master = session.conf.get("spark.master", None)
+    except Exception as exc:  # noqa: BLE001 - an older server's refusal: the cores are unknown, not an error
+        log.debug("spark: the Connect server's master is unknown: %s", exc)
+        return None
+    return local_cores(master)
+
+
+def local_cores(master: str | None) -> int | None:
+    """N of a `local[N]` or `local[N,retries]` master, 1 of `local`, None for any other."""
+    if master == "local":
+        return 1
+    match = re.fullmatch(r"local\[(\d+)(?:,\s*\d+)?\]", master or "")
+    return int(match.group(1)) if match else None
 
 
 def start_driver(builder: Any, master: str) -> SparkSession:

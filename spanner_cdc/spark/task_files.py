@@ -26,14 +26,25 @@ def content_digest(specs: Sequence[TokenJobSpec]) -> str:
 
 # A token's rows stay in memory up to this many bytes (Arrow's measure), and go to disk past it: a small token (the
 # usual case, a few rows) then costs no file of its own. Writing, reading back and removing a file and its directory
-# took ~6 ms of a small token's ~8-16 ms in a task on this machine's disk (its metadata writes, not its bytes); a task
-# holds at most `task_tokens` spools, so at most 64 x 1 MiB in memory by default.
+# took ~6 ms of a small token's ~8-16 ms in a task on this machine's disk (its metadata writes, not its bytes). A task
+# of many tokens shares TASK_SPOOL_MEMORY_BYTES among them (`token_budgets`): a task's memory stays flat whatever its
+# tokens' number and sizes.
 SPOOL_MEMORY_BYTES = 1 << 20
+TASK_SPOOL_MEMORY_BYTES = 64 << 20
 # A token whose rows stay under this (the envelope batcher's rough measure: their texts, ~200 bytes a row besides) is
 # held unbuilt (`TokenSpool.hold`): its rows are built with the task's other small tokens' at once (`build_held`).
 # Building a batch costs ~0.5 ms whatever its rows and splitting it by table ~0.1 ms more, more than the few rows of a
-# small partition; held in Python objects a token takes a few times this, so at most ~64 x 1 MiB for a task's tokens.
+# small partition; held in Python objects a token takes a few times this, so a task holds at most TASK_HOLD_BYTES of
+# them in all (a few times that in memory).
 HOLD_BYTES = 256 << 10
+TASK_HOLD_BYTES = 16 << 20
+
+
+def token_budgets(tokens: int) -> tuple[int, int]:
+    """(spool memory bytes, hold bytes) of each token of a task of `tokens`: the task's budgets shared, at most the
+    per-token ones (64 tokens get 1 MiB and 256 KiB each, 512 tokens 128 KiB and 32 KiB)."""
+    tokens = max(1, tokens)
+    return min(SPOOL_MEMORY_BYTES, TASK_SPOOL_MEMORY_BYTES // tokens), min(HOLD_BYTES, TASK_HOLD_BYTES // tokens)
 
 
 class TokenSpool:

@@ -13,7 +13,7 @@ from spanner_cdc.settings import Settings
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.datasource import SOURCE_NAME
 from spanner_cdc.spark.spec import TokenJobSpec
-from spanner_cdc.spark.wave_task import WAVE_FILES_DDL, WaveTasks, split_tasks
+from spanner_cdc.spark.wave_task import WAVE_FILES_DDL, WaveTasks, split_into, split_tasks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,19 +76,30 @@ class TokenOutcome:
 
 
 # Settings.task_tokens, the tokens one task of a wave job lands (up to Settings.task_threads at once): Spark's cost
-# per task (scheduling, a round trip to a Python worker, the JVM's side of it) is far more than a small token's own
-# work (~6 ms of CPU). At 1,000 small partitions, 16 a task rather than 4 cut the driver JVM's CPU 12.7 -> 9.1 s, and
-# 64 rather than 16 the waves' time 31.7 / 40.7 -> 25.2 / 24.9 s (and the window's files 128 -> 32). A task writes one
-# file per table for all its tokens, so this also bounds a window's files (tables x tasks); a task's memory stays flat
-# (each token's rows are spooled, in memory while small, to local disk past SPOOL_MEMORY_BYTES). 1 gives a task per token.
+# per task (scheduling, a round trip to a Python worker, the JVM's side of it, a file per table) is far more than a
+# small token's own work (~6 ms of CPU). At 1,000 small partitions, 16 a task rather than 4 cut the driver JVM's CPU
+# 12.7 -> 9.1 s, and 64 rather than 16 the waves' time 31.7 / 40.7 -> 25.2 / 24.9 s (and the window's files 128 -> 32).
+# 0, the default, sizes tasks by the cluster instead: as few tasks as fill a job's share of Spark's cores (the cores
+# over the groups running at once), at most AUTO_TASK_TOKENS each. At 10,000 small partitions on local[2] that is one
+# task per job: the process tree's CPU fell 37.6 -> 31.7 s against 64 a task, the extract 23.1 -> 19.3 s. A task
+# writes one file per table for all its tokens, so this also bounds a window's files (tables x tasks); a task's
+# memory stays flat (its tokens share its spool budget, `task_files.token_budgets`; past it rows go to local disk).
+# Unknown cores (a Connect server's cluster): FALLBACK_TASK_TOKENS a task. 1 gives a task per token.
 # Settings.task_threads, how many of a task's tokens it reads at once (threads in the task's Python worker): a small
 # token mostly waits on its query, and those waits overlap. 1: one after another.
 # Both travel to the executors in the job's WaveTasks.
+AUTO_TASK_TOKENS = 512
+FALLBACK_TASK_TOKENS = 64
 
 
-def plan_tasks(specs: Sequence[TokenJobSpec], task_tokens: int = Settings.task_tokens) -> list[list[TokenJobSpec]]:
-    """A wave job's tokens in tasks of `task_tokens` each."""
-    return split_tasks(specs, task_tokens)
+def plan_tasks(specs: Sequence[TokenJobSpec], task_tokens: int = Settings.task_tokens, share: int | None = None) -> list[list[TokenJobSpec]]:
+    """A wave job's tokens in tasks: of `task_tokens` each, or with 0 in as few tasks as fill the job's `share` of
+    Spark's cores, at most AUTO_TASK_TOKENS each (`share` None, unknown: FALLBACK_TASK_TOKENS each)."""
+    if task_tokens:
+        return split_tasks(specs, task_tokens)
+    if share is None:
+        return split_tasks(specs, FALLBACK_TASK_TOKENS)
+    return split_into(specs, max(-(-len(specs) // AUTO_TASK_TOKENS), share, 1))
 
 
 def run_wave_job(

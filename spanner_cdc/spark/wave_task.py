@@ -22,7 +22,12 @@ WAVE_FILES_DDL = "`table` STRING, `path` STRING, `rows` BIGINT, `bytes` BIGINT, 
 def split_tasks(specs: Sequence[Any], per_task: int) -> list[list[Any]]:
     """A wave job's tokens in tasks of at most `per_task`, spread evenly: with 10 tokens and 4 a task, tasks of 4,
     3 and 3 rather than 4, 4 and 2. The driver splits once, and journals each task's file names before the job."""
-    count = -(-len(specs) // max(1, per_task))
+    return split_into(specs, -(-len(specs) // max(1, per_task)))
+
+
+def split_into(specs: Sequence[Any], count: int) -> list[list[Any]]:
+    """The tokens in `count` tasks (fewer when there are fewer tokens), spread evenly."""
+    count = min(count, len(specs))
     return [list(specs[n::count]) for n in range(count)]
 
 

@@ -179,3 +179,15 @@ def test_a_stopped_local_driver_still_shuts_its_accumulator_server_down_and_the_
         assert counter.value == 45
     finally:
         stop_sessions()
+
+
+def test_a_wave_jobs_cores_come_from_spark_itself(spark_connect_server: Any) -> None:
+    """task_tokens 0 sizes a job's tasks by Spark's cores: a local driver's parallelism, a Connect server's local[N]."""
+    from spanner_cdc.spark.session import spark_cores, spark_session, stop_sessions
+    from tests.fixtures.spark import CONNECT_MASTER
+
+    try:
+        assert spark_cores(spark_session("local[1]")) == 1
+        assert spark_cores(spark_session(spark_connect_server.url)) == int(CONNECT_MASTER.removeprefix("local[").rstrip("]"))
+    finally:
+        stop_sessions()

@@ -196,8 +196,8 @@ def test_the_target_file_size_is_a_byte_size_with_units() -> None:
 # Each tuning knob: its default, a value it takes from the environment (as it did when read deep in extract, spark
 # and lake), and values it refuses, with the variable named and what is accepted.
 TUNING = [
-    ("wave_group_tokens", 256, "1", 1, ("0", "x", "10001"), "an integer in [1, 10000]"),
-    ("task_tokens", 64, "1", 1, ("0", "x", "1001"), "an integer in [1, 1000]"),
+    ("wave_group_tokens", 512, "1", 1, ("0", "x", "10001"), "an integer in [1, 10000]"),
+    ("task_tokens", 0, "1", 1, ("-1", "x", "1001"), "an integer in [0, 1000]"),
     ("task_threads", 4, "1", 1, ("0", "x", "65"), "an integer in [1, 64]"),
     ("check_driver_rows", 2_000_000, "0", 0, ("-1", "many", "100000001"), "an integer in [0, 100000000]"),
     ("lake_writer", "arrow", "Spark", "spark", ("csv",), "one of arrow, spark"),

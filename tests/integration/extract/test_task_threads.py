@@ -99,7 +99,7 @@ def test_a_task_that_fails_leaves_no_token_reading(monkeypatch: pytest.MonkeyPat
     started, finished = set(), set()
     lock = threading.Lock()
 
-    def slow_spool(spec: Any, directory: Path) -> tuple[Any, Any]:
+    def slow_spool(spec: Any, directory: Path, tokens: int) -> tuple[Any, Any]:
         with lock:
             started.add(spec)
         try:

@@ -17,7 +17,7 @@ def claims(n: int) -> list[Claim]:
     return [Claim(1, f"t{i:04d}", T, None, "me", 1, T) for i in range(n)]
 
 
-GROUP = Settings.wave_group_tokens  # the default, 256
+GROUP = Settings.wave_group_tokens  # the default, 512
 
 
 def test_a_wave_is_split_into_at_most_concurrency_groups_in_claim_order() -> None:
@@ -29,8 +29,8 @@ def test_a_wave_is_split_into_at_most_concurrency_groups_in_claim_order() -> Non
 
 
 def test_a_huge_wave_commits_in_bounded_groups() -> None:
-    sizes = [len(g) for g in wave.groups(claims(1000), 2, GROUP)]
-    assert max(sizes) == 256 and sum(sizes) == 1000
+    sizes = [len(g) for g in wave.groups(claims(2500), 2, GROUP)]
+    assert max(sizes) == 512 and sum(sizes) == 2500
 
 
 def test_the_group_size_can_be_set() -> None:
@@ -51,6 +51,46 @@ def test_a_wave_job_lands_a_few_tokens_per_task(monkeypatch: pytest.MonkeyPatch)
     assert tasks(3, 1) == [[0], [1], [2]]
     assert tasks(2, 8) == [[0, 1]]
     assert len(WaveTasks(split_tasks(list(range(300)), 4), 1)) == 75
+
+
+def test_by_default_a_jobs_tasks_are_as_few_as_fill_its_share_of_sparks_cores() -> None:
+    """task_tokens 0 (the default): a task's fixed costs are paid as seldom as the cluster allows; a set task_tokens is
+    kept; unknown cores split as before (64 a task)."""
+    from spanner_cdc.spark.token_job import plan_tasks
+
+    def sizes(tokens: int, task_tokens: int, share: int | None) -> list[int]:
+        return [len(t) for t in plan_tasks(list(range(tokens)), task_tokens, share)]  # type: ignore[arg-type]
+
+    assert Settings.task_tokens == 0
+    assert sizes(512, 0, 1) == [512]  # local[2], four groups at once: one task a job
+    assert sizes(512, 0, 4) == [128] * 4  # 16 cores, four groups at once: four tasks a job
+    assert sizes(1200, 0, 1) == [400] * 3  # at most 512 a task
+    assert sizes(3, 0, 8) == [1, 1, 1]
+    assert sizes(256, 0, None) == [64] * 4  # a Connect server's cluster: its cores unknown
+    assert sizes(256, 16, 1) == [16] * 16  # set: kept whatever the cores
+
+
+@pytest.mark.parametrize(
+    ("master", "cores"), [("local", 1), ("local[2]", 2), ("local[8,3]", 8), ("local[*]", None), ("spark://h:7077", None), (None, None)]
+)
+def test_a_connect_servers_cores_are_known_from_a_local_master_only(master: str | None, cores: int | None) -> None:
+    from spanner_cdc.spark.session import local_cores
+
+    assert local_cores(master) == cores
+
+
+def test_a_tasks_tokens_share_its_memory_budgets() -> None:
+    from spanner_cdc.spark.task_files import (
+        HOLD_BYTES,
+        SPOOL_MEMORY_BYTES,
+        TASK_HOLD_BYTES,
+        TASK_SPOOL_MEMORY_BYTES,
+        token_budgets,
+    )
+
+    assert token_budgets(1) == token_budgets(64) == (SPOOL_MEMORY_BYTES, HOLD_BYTES)
+    memory, hold = token_budgets(512)
+    assert (memory * 512, hold * 512) == (TASK_SPOOL_MEMORY_BYTES, TASK_HOLD_BYTES)
 
 
 def test_a_wave_tokens_summary_row_fits_the_jobs_schema_and_carries_the_whole_summary() -> None:
