@@ -156,14 +156,21 @@ def attempt_spec(job: ExtractJob, claim: Claim, read_from: datetime, read_to: da
     )  # fmt: skip
 
 
-def prepare(job: ExtractJob, spec: TokenJobSpec) -> None:
-    """The lake's one step before an attempt of a token's own job (`lake/publish.py`): what a crashed attempt left,
-    cleaned up."""
+def cleanup_checks(job: ExtractJob) -> tuple[Callable[[datetime, datetime], set[str]], Callable[[Sequence[tuple[str, int]]], bool]]:
+    """What the cleanup of a crashed attempt asks the store (`lake/publish.py`): the manifest's paths of a window of the
+    job's lineage (kept), and whether any of some (token, attempt)s is still RUNNING (then nothing is deleted)."""
 
     def committed(window_start: datetime, window_end: datetime) -> set[str]:
         return {f.path for f in job.store.manifest(job.lineage_id, window_start=window_start, window_end=window_end)}
 
-    prepare_attempt(job.layout, spec.token, committed=committed, running=partial(job.store.any_attempt_running, job.lineage_id))
+    return committed, partial(job.store.any_attempt_running, job.lineage_id)
+
+
+def prepare(job: ExtractJob, spec: TokenJobSpec) -> None:
+    """The lake's one step before an attempt of a token's own job (`lake/publish.py`): what a crashed attempt left,
+    cleaned up."""
+    committed, running = cleanup_checks(job)
+    prepare_attempt(job.layout, spec.token, committed=committed, running=running)
 
 
 def extract_claim(job: ExtractJob, claim: Claim) -> TokenResult:

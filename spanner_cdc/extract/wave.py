@@ -8,8 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
-from functools import partial
+from datetime import timedelta
 from typing import Any
 
 from spanner_cdc.errors import ExtractError
@@ -19,6 +18,7 @@ from spanner_cdc.extract.token import (
     LeaseKeeper,
     TokenResult,
     attempt_spec,
+    cleanup_checks,
     raise_failures,
     record_failure,
 )
@@ -99,11 +99,7 @@ def _sweep(
     on_done: Callable[[Claim, TokenResult | None], None] | None,
 ) -> list[Claim]:
     """The claims whose crashed attempts' leftovers are cleaned up (`sweep_crashed`); the others failed."""
-
-    def committed(window_start: datetime, window_end: datetime) -> set[str]:
-        return {f.path for f in job.store.manifest(job.lineage_id, window_start=window_start, window_end=window_end)}
-
-    running = partial(job.store.any_attempt_running, job.lineage_id)
+    committed, running = cleanup_checks(job)
     try:
         failures: dict[str, BaseException] = dict(sweep_crashed(job.layout, [c.token for c in claims], committed=committed, running=running))
     except Exception as exc:  # the staging area could not be listed or read: no token of the wave can start
