@@ -135,7 +135,7 @@ def bench_scale(base: Settings, scenario: Scenario, rounds: int, tmp: Path, cach
         else:  # ids spread over the key space: every partition gets a few rows
             end, expected = window_after(write_orders(database, transactions, lines=1, spread=2**62 // transactions)), 2 * transactions
         if launched is not None:  # the server's own first job (its JVM's warm-up, its Python workers) is not the run's
-            warm = dataclasses.replace(base, database=database.database_id, emulator_host=server.host, spark_master=master, namespace="warm")
+            warm = dataclasses.replace(base, database=database.database_id, emulator_host=server.host, spark_master=master, namespace=f"warm_{scenario.name}")
             extract_with_memory(warm, created, end)
         for round_, cache in ((r, c) for r in range(rounds) for c in caches):
             loads = [_load()]
