@@ -31,7 +31,7 @@ from bench.extract_support import (
     write_orders,
 )
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.settings import Settings
+from spanner_cdc.settings import TUNING_FIELDS, Settings, env_name
 
 COMMAND = "python -m bench.compare_extract"
 HERE = Path(__file__).resolve().parent.parent
@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                             spark_master="local[2]")  # fmt: skip
             print(f"{COMMAND}: {args.partitions:,} partition(s), previous {trees['previous']}, this {trees['this']}")
             bares: list[float] = []
+            # each tree's own tuning defaults (an empty variable means the default): this tree's values may be ones the
+            # previous one refuses or reads otherwise
+            own_defaults = {env_name(name): "" for name in TUNING_FIELDS}
             for round_ in range(args.rounds):
                 _, records, bare_s = _bare_drains(database, created, end)
                 bares.append(bare_s)
@@ -73,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     settings = dataclasses.replace(base, namespace=f"c{round_}_{which}")
                     began = time.perf_counter()
                     summary, peaks = extract_with_memory(settings, created, end, cwd=trees[which], PYTHONPATH=str(trees[which]),
-                                                         PYSPARK_SUBMIT_ARGS="--driver-memory 1g pyspark-shell")  # fmt: skip
+                                                         PYSPARK_SUBMIT_ARGS="--driver-memory 1g pyspark-shell", **own_defaults)  # fmt: skip
                     times[which].append(time.perf_counter() - began)
                     cpus[which].append(peaks.get("tree cpu s", 0.0))
                     if not summary["complete"]:
