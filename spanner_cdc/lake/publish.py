@@ -160,7 +160,7 @@ def begin_task(
     """Journal, before a wave task's executor writes anything, the names its files will take (the window's objects
     whose names start with `stem`) and the (token, attempt)s whose rows they may hold: one journal per task, so that
     the next attempt of any of those tokens can delete what the task published but never committed
-    (`sweep_crashed`). `clear_task` once all of them are committed."""
+    (`sweep_crashed`). `clear_tasks` once all of them are committed."""
     journal = {
         "lineage_id": lineage_id,
         "window_start": window_start.isoformat(),

@@ -491,7 +491,8 @@ def stop_sessions(keep: Sequence[SparkSession] = ()) -> None:
 def _stop(session: SparkSession) -> None:
     """session.stop(), without waiting on a classic driver's accumulator server: pyspark's stop() shuts it down in
     line, and its handler notices only at its next poll, up to a second later (~1 s of every extract's exit here).
-    It is shut down in a thread of its own instead: at once in a process that goes on, not at all in one that ends."""
+    It is shut down in a thread of its own instead: in the background in a process that goes on, not at all in one
+    that ends."""
     context = getattr(session, "sparkContext", None) if is_classic(session) else None
     server = getattr(context, "_accumulatorServer", None)
     if context is not None and server is not None:
