@@ -35,3 +35,33 @@ def test_aws_itself_is_left_to_find_the_buckets_region(monkeypatch: pytest.Monke
     found = props(monkeypatch, AWS_DEFAULT_REGION="us-west-2")
     assert "s3.region" not in found and "s3.endpoint" not in found
     assert found["type"] == "hive" and found["warehouse"] == "s3://lake/cdc"
+
+
+IMPORT_AHEAD = """
+import sys, threading
+from spanner_cdc.lake.iceberg import CLOSE_MODULES, import_ahead
+from spanner_cdc.settings import Settings
+
+import_ahead(Settings(iceberg_catalog=sys.argv[1], metadata_url="postgresql://u@h/db"))
+import_ahead(Settings(iceberg_catalog=sys.argv[1], metadata_url="postgresql://u@h/db"))  # once per process
+threads = [t for t in threading.enumerate() if t.name == "iceberg-import"]
+for thread in threads:
+    thread.join()
+print(len(threads), sorted(m for m in (*CLOSE_MODULES, "pyiceberg.catalog.sql") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    ("catalog", "expected"),
+    [("store", "1 ['pyiceberg.catalog', 'pyiceberg.catalog.sql', 'pyiceberg.exceptions', 'pyiceberg.expressions', "
+               "'pyiceberg.io.pyarrow', 'pyiceberg.table', 'pyiceberg.table.snapshots', 'pyiceberg.table.update.snapshot', "
+               "'pyiceberg.transforms']"),
+     ("off", "0 []")],
+)  # fmt: skip
+def test_the_closes_iceberg_modules_are_imported_ahead_once_and_only_when_windows_go_to_iceberg(catalog: str, expected: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", IMPORT_AHEAD, catalog], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
