@@ -73,7 +73,7 @@ class ExtractJob:
     writer: str = Settings.lake_writer
     group_tokens: int = Settings.wave_group_tokens
     task_tokens: int = Settings.task_tokens
-    task_share: int | None = None  # task_tokens 0: the cores of Spark's a group's job may fill (None: unknown)
+    task_share: int | None = None  # task_tokens 0: how many of Spark's cores a group's job may fill (None: unknown)
     task_threads: int = Settings.task_threads
     file_bytes: int = Settings.target_file_size  # a landed file rolls to the next past this
 
