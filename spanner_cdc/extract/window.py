@@ -256,7 +256,7 @@ def extract_tokens(
     from spanner_cdc.extract.token import ExtractJob, extract_claims
     from spanner_cdc.extract.wave import extract_wave
     from spanner_cdc.lake.iceberg import import_ahead
-    from spanner_cdc.spark.session import spark_session
+    from spanner_cdc.spark.session import spark_session, still_starting
 
     start, end = _window(window_start, window_end)
     stream, method = stream_of(settings), _read_method(read_method)
@@ -266,7 +266,8 @@ def extract_tokens(
     # Spark, the dialect and the partition mode first: a JVM start must not eat into the leases of claimed tokens
     source = source or RunSource(settings)
     dialect, partition_mode = source.dialect, source.partition_mode(stream)
-    import_ahead(settings)  # the close's Iceberg modules, while the driver's JVM starts
+    if still_starting(settings):  # the close's Iceberg modules meanwhile: the run waits for the driver's JVM
+        import_ahead(settings)
     spark = spark_session(settings)
     with store_of(settings) as store:
         claiming = time.monotonic()

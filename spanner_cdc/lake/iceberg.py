@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,30 +75,22 @@ CLOSE_MODULES = (
     "pyiceberg.catalog", "pyiceberg.exceptions", "pyiceberg.expressions", "pyiceberg.io.pyarrow", "pyiceberg.table",
     "pyiceberg.table.snapshots", "pyiceberg.table.update.snapshot", "pyiceberg.transforms",
 )  # fmt: skip
-_ahead = threading.Lock()
 _imported_ahead = False
 
 
 def import_ahead(settings: Settings) -> None:
-    """The close's Iceberg modules imported in a daemon thread, when windows are committed to Iceberg: the driver's
-    Python is idle while its JVM starts. A failure is left to the close, which imports what it needs itself."""
+    """The close's Iceberg modules imported now, when windows are committed to Iceberg and this process has not yet:
+    called while the driver's JVM starts, when the run has nothing else to do. A failure is left to the close, which
+    imports what it needs itself and says why it fails."""
     global _imported_ahead
-    if settings.iceberg_catalog == "off":
+    if settings.iceberg_catalog == "off" or _imported_ahead:
         return
-    with _ahead:
-        if _imported_ahead:
-            return
-        _imported_ahead = True
-    modules = [*CLOSE_MODULES, "pyiceberg.catalog.sql"] if settings.iceberg_catalog == "store" else list(CLOSE_MODULES)
-
-    def run() -> None:
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except Exception as exc:  # noqa: BLE001 - the close imports it again, and says why it fails
-                log.debug("iceberg: importing %s ahead failed: %s", name, exc)
-
-    threading.Thread(target=run, name="iceberg-import", daemon=True).start()
+    _imported_ahead = True
+    for name in [*CLOSE_MODULES, "pyiceberg.catalog.sql"] if settings.iceberg_catalog == "store" else CLOSE_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - the close imports it again
+            log.debug("iceberg: importing %s ahead failed: %s", name, exc)
 
 
 def open_catalog(properties: dict[str, str]) -> Catalog:

@@ -150,6 +150,13 @@ def spark_session(settings: Settings | str) -> SparkSession:
     return _open(master)
 
 
+def still_starting(settings: Settings) -> bool:
+    """Whether `start_in_background` is starting this process's session for the master in `settings`, not up yet."""
+    with _lock:
+        starting = _starting.get(settings.spark_master)
+    return starting is not None and not starting[0].done()
+
+
 class _Held:
     """What a start in the background shows (its log records, its JVM's stderr), held until the run takes the session:
     a run that fails while planning shows its own error alone. Once shown, later output passes as it comes."""

@@ -172,3 +172,17 @@ def test_a_command_stops_the_sessions_it_opened_and_leaves_its_callers_open(monk
     assert registry._registered == {(id(callers), "fake_source")}
     session.stop_sessions()  # the caller's own stop, at its end: everything
     assert callers.is_stopped and session._sessions == {} and registry._registered == set()
+
+
+def test_a_session_is_still_starting_only_while_its_background_start_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the run uses to fill its wait for the driver's JVM (the close's Iceberg imports), and only then."""
+    from concurrent.futures import Future
+
+    from spanner_cdc.settings import Settings
+
+    future: Future[object] = Future()
+    monkeypatch.setattr(session, "_starting", {"local[2]": (future, None)})
+    assert session.still_starting(Settings(spark_master="local[2]"))
+    assert not session.still_starting(Settings(spark_master="local[1]"))  # nothing starting for that master
+    future.set_result(object())
+    assert not session.still_starting(Settings(spark_master="local[2]"))
