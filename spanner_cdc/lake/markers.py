@@ -19,9 +19,8 @@ log = logging.getLogger(__name__)
 def remove_window_orphans(layout: LakeLayout, *, lineage_id: int, window_start: datetime, files: Sequence[ManifestFile]) -> list[str]:
     """Delete every object this lineage's extracts left under the window that the manifest does not list
     (a crashed attempt's, whatever its range): run before the marker, so the window holds exactly its files."""
-    committed = {storage.identity(f.path) for f in files}
     found = storage.glob(layout.window_objects_pattern(lineage_id, window_start))
-    removed = storage.remove(p for p in found if storage.identity(p) not in committed)
+    removed = storage.remove_unlisted(found, [f.path for f in files])
     if removed:
         log.warning("%s: removed %d object(s) of crashed attempts before the window's marker", layout.stream, len(removed))
     return removed

@@ -234,8 +234,7 @@ def _sweep_task(
         if running(task):
             return {}
         done = committed(datetime.fromisoformat(journal["window_start"]), datetime.fromisoformat(journal["window_end"]))
-        kept = {storage.identity(p) for p in done}
-        removed = storage.remove(p for p in storage.glob(journal["pattern"]) if storage.identity(p) not in kept)
+        removed = storage.remove_unlisted(storage.glob(journal["pattern"]), done)
         if removed:
             log.warning("%s: removed %d file(s) a crashed wave task published", name, len(removed))
         storage.remove([location])
@@ -260,8 +259,7 @@ def remove_orphans(layout: LakeLayout, token: str, committed: Collection[str]) -
     written = list(journal.get("paths", []))
     if journal.get("pattern"):
         written += storage.glob(journal["pattern"])
-    kept = {storage.identity(p) for p in committed}
-    removed = storage.remove(path for path in written if storage.identity(path) not in kept)
+    removed = storage.remove_unlisted(written, committed)
     if removed:
         log.warning("%s %s: removed %d file(s) published by a crashed attempt", layout.stream, token[:12], len(removed))
     clear_journal(layout, token)

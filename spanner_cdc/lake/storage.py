@@ -180,6 +180,13 @@ def remove(locations: Iterable[str | Path]) -> list[str]:
     return removed
 
 
+def remove_unlisted(locations: Iterable[str | Path], listed: Iterable[str | Path]) -> list[str]:
+    """Delete the files of `locations` that `listed` does not name in any spelling (`identity`); returns what was
+    deleted: a crashed attempt's files, kept where a manifest lists them."""
+    kept = {identity(location) for location in listed}
+    return remove(location for location in locations if identity(location) not in kept)
+
+
 def remove_tree(location: str | Path) -> None:
     """Delete everything under `location` (staging of an attempt); nothing there is fine."""
     fs = filesystem(location)
