@@ -29,7 +29,7 @@ def run_a_driver(java_options: str) -> int | None:
 
     workers_run_this_python()
     builder = classic_builder("local[1]", "spanner-cdc-class-archive", java_options)
-    spark = start_driver(builder, "local[1]")
+    spark = start_driver(builder.getOrCreate, "local[1]")
     jvm: subprocess.Popen[bytes] = SparkContext._gateway.proc  # type: ignore[attr-defined,union-attr]
     ensure_source_registered(spark)
     spark.sparkContext.parallelize(range(2), 2).mapPartitions(lambda numbers: ({"n": n} for n in numbers)).collect()

@@ -11,11 +11,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlparse
 
 from spanner_cdc import names
@@ -263,8 +263,8 @@ def _open(master: str) -> SparkSession:
                 os.environ[names.SPARK_CONNECT_MODE] = "1"  # which its DataFrame functions ask (without it they build classic Columns)
             return session
         session = _create(master)
-        for key, value in RUNTIME_CONF.items():
-            session.conf.set(key, value)
+        if not isinstance(session, ClassicSession):  # which sets them when it makes its SQL side
+            set_runtime_conf(session)
         with _lock:
             _sessions[master] = session
         return session
@@ -299,13 +299,65 @@ def _create(master: str) -> SparkSession:
         active = SparkSession._instantiatedSession  # type: ignore[attr-defined]
     if active is not None and is_classic(active) and _alive(active):
         return active
+    from pyspark import SparkContext
+
+    running = SparkContext._active_spark_context  # type: ignore[attr-defined]
+    if running is not None and running._jsc is not None:  # a driver whose SQL side nobody made yet
+        return cast("SparkSession", ClassicSession(running))
     log.info("spark: starting a driver for master %s", master)
     workers_run_this_python()
     fast = _fast_start()
-    session = start_driver(classic_builder(master, APP_NAME, fast.java_options()), master)
+    context = start_driver(lambda: classic_context(master, APP_NAME, fast.java_options()), master)
     fast.started()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    context.setLogLevel("ERROR")
+    return cast("SparkSession", ClassicSession(context))
+
+
+def set_runtime_conf(session: Any) -> None:
+    for key, value in RUNTIME_CONF.items():
+        session.conf.set(key, value)
+
+
+class ClassicSession:
+    """A local or standalone driver's session: its SparkContext at once, and pyspark's SparkSession (the SQL side) made
+    at the first use of anything else, which it then stands for.
+
+    Making the SQL side costs the driver JVM ~0.75 s (the session's state, its configuration, Scala's runtime
+    reflection), on the path of every extract's start; an extract of the default lake writer runs only RDD jobs
+    (`token_job._wave_rows`) and never needs it. A snapshot, a state or verify job, Spark's writer and any DataFrame
+    make it, with RUNTIME_CONF, once.
+    """
+
+    def __init__(self, context: Any) -> None:
+        self.sparkContext = context
+        self._sql: SparkSession | None = None
+        self._making = threading.Lock()
+
+    @property
+    def is_stopped(self) -> bool:
+        return self.sparkContext._jsc is None  # its SQL side's stop stops it too
+
+    def sql_session(self) -> SparkSession:
+        """pyspark's SparkSession on this driver, made (with RUNTIME_CONF) at the first call."""
+        with self._making:
+            if self._sql is None:
+                from pyspark.sql import SparkSession
+
+                sql = SparkSession(self.sparkContext)
+                set_runtime_conf(sql)
+                self._sql = sql
+            return self._sql
+
+    def __getattr__(self, name: str) -> Any:  # only for what this class does not have itself
+        if name.startswith("__") or name in ("_sql", "_making", "sparkContext"):
+            raise AttributeError(name)
+        return getattr(self.sql_session(), name)
+
+    def stop(self) -> None:
+        if self._sql is not None:
+            self._sql.stop()
+        else:
+            self.sparkContext.stop()
 
 
 def workers_run_this_python() -> None:
@@ -360,6 +412,15 @@ def drop_connect_markers() -> None:
         os.environ.pop(name, None)
 
 
+def classic_context(master: str, app_name: str, java_options: str = "") -> Any:
+    """A classic driver's SparkContext for `master` with classic_conf (or this process's running one)."""
+    from pyspark import SparkConf, SparkContext
+
+    drop_connect_markers()
+    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(classic_conf(master, java_options).items()))
+    return SparkContext.getOrCreate(conf)
+
+
 def classic_builder(master: str, app_name: str, java_options: str = "") -> Any:
     """The builder of a classic driver for `master` with classic_conf, whatever Connect markers this process
     inherited or set (pyspark reads them already at config())."""
@@ -398,15 +459,18 @@ def local_cores(master: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def start_driver(builder: Any, master: str) -> SparkSession:
-    """getOrCreate of a classic driver (its builder from classic_builder), once more when the JVM exits before it is
-    up; then one line that says what to check."""
+Started = TypeVar("Started")
+
+
+def start_driver(start: Callable[[], Started], master: str) -> Started:
+    """`start` a classic driver (classic_context, or a classic_builder's getOrCreate), once more when the JVM exits
+    before it is up; then one line that says what to check."""
     from pyspark.errors import PySparkRuntimeError
 
     for attempt in range(1, JVM_START_ATTEMPTS + 1):
         try:
             with _spawn_without_fork_handlers():
-                return builder.getOrCreate()  # type: ignore[no-any-return]
+                return start()
         except PySparkRuntimeError as exc:
             if exc.getCondition() != "JAVA_GATEWAY_EXITED":
                 raise

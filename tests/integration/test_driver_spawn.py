@@ -79,14 +79,21 @@ def test_the_child_starts_with_sigint_ignored_and_this_process_keeps_its_handler
 
 CLASSIC_IN_A_CONNECT_MARKED_PROCESS = """
 import os
+from pyspark.sql import SparkSession
 from spanner_cdc.spark.session import spark_session
 session = spark_session("local[1]")
+jvm_sessions = session.sparkContext._jvm.org.apache.spark.sql.classic.SparkSession
+rdd_job = session.sparkContext.parallelize(range(4), 2).map(lambda n: n * 2).sum()
+print(rdd_job, SparkSession._instantiatedSession is None, jvm_sessions.getDefaultSession().isDefined())
 print(session.range(3).count(), os.environ.get("SPARK_CONNECT_MODE_ENABLED"), os.environ.get("SPARK_REMOTE"))
+print(session.conf.get("spark.sql.session.timeZone"), jvm_sessions.getDefaultSession().isDefined())
 """
 
 
 def test_a_local_master_starts_a_classic_driver_in_a_process_marked_for_connect() -> None:
-    """A child of a process that made a Connect session inherits pyspark's marker; the master still decides."""
+    """A child of a process that made a Connect session inherits pyspark's marker; the master still decides.
+    The driver's SQL side (pyspark's SparkSession) waits for its first use: an RDD job runs without it, then a
+    DataFrame makes it, with the runtime settings."""
     import os
     import sys
 
@@ -96,8 +103,11 @@ def test_a_local_master_starts_a_classic_driver_in_a_process_marked_for_connect(
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert lines[0] == ["12", "True", "False"]  # an RDD job, and no SparkSession in Python or in the JVM
     # three rows counted by a local driver; the markers are gone, so later DataFrame calls stay classic
-    assert result.stdout.split() == ["3", "None", "None"]
+    assert lines[1] == ["3", "None", "None"]
+    assert lines[2] == ["UTC", "True"]  # made by the DataFrame, with RUNTIME_CONF
 
 
 def test_a_connect_master_after_a_local_driver_in_one_process(spark_connect_server: Any) -> None:
