@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 from spanner_cdc import names
 from spanner_cdc.errors import ConfigError, SparkStartError
 from spanner_cdc.masking import mask_spark_master
-from spanner_cdc.spark import fast_start, registry
+from spanner_cdc.spark import fast_start, registry, worker_zygote
 from spanner_cdc.spark.fast_start import FastStart
 
 if TYPE_CHECKING:
@@ -87,8 +87,9 @@ JIT_OPTIONS = (
 )
 
 
-def classic_conf(master: str, java_options: str = "") -> dict[str, str]:
-    """Static settings of an in-process driver (local or against a standalone master)."""
+def classic_conf(master: str, java_options: str = "", zygote: str | None = None) -> dict[str, str]:
+    """Static settings of an in-process driver (local or against a standalone master); `zygote`: the socket of the
+    process its Python daemon is forked from (spark/worker_zygote.py)."""
     conf = {
         # Spark puts these defaults before the driver's and the executors' extraJavaOptions, so options a user set there
         # (spark-defaults.conf) still apply, after ours; a standalone cluster's executors live for one extract too
@@ -112,6 +113,8 @@ def classic_conf(master: str, java_options: str = "") -> dict[str, str]:
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     if run_mode(master) == STANDALONE:
         conf["spark.executor.memory"] = "1g"
+    if zygote is not None:
+        conf[f"spark.executorEnv.{worker_zygote.ENV}"] = zygote
     return conf
 
 
@@ -306,8 +309,9 @@ def _create(master: str) -> SparkSession:
         return cast("SparkSession", ClassicSession(running))
     log.info("spark: starting a driver for master %s", master)
     workers_run_this_python()
+    zygote = worker_zygote.start() if run_mode(master) == LOCAL else None  # its imports overlap the JVM's start
     fast = _fast_start()
-    context = start_driver(lambda: classic_context(master, APP_NAME, fast.java_options()), master)
+    context = start_driver(lambda: classic_context(master, APP_NAME, fast.java_options(), zygote), master)
     fast.started()
     context.setLogLevel("ERROR")
     return cast("SparkSession", ClassicSession(context))
@@ -412,12 +416,13 @@ def drop_connect_markers() -> None:
         os.environ.pop(name, None)
 
 
-def classic_context(master: str, app_name: str, java_options: str = "") -> Any:
+def classic_context(master: str, app_name: str, java_options: str = "", zygote: str | None = None) -> Any:
     """A classic driver's SparkContext for `master` with classic_conf (or this process's running one)."""
     from pyspark import SparkConf, SparkContext
 
     drop_connect_markers()
-    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(classic_conf(master, java_options).items()))
+    settings = classic_conf(master, java_options, zygote)
+    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
     return SparkContext.getOrCreate(conf)
 
 

@@ -201,3 +201,16 @@ def test_a_wave_jobs_cores_come_from_spark_itself(spark_connect_server: Any) -> 
         assert spark_cores(spark_session(spark_connect_server.url)) == int(CONNECT_MASTER.removeprefix("local[").rstrip("]"))
     finally:
         stop_sessions()
+
+
+def _daemon_parent(_numbers: Any) -> Iterator[str]:
+    import psutil
+
+    daemon = psutil.Process().parent()  # a worker's parent is the daemon that forked it
+    yield " ".join(daemon.parent().cmdline())
+
+
+def test_a_local_drivers_python_daemon_is_forked_from_the_zygote_that_imported_ahead(spark: Any) -> None:
+    """The daemon Spark launched handed its streams to the process started beside the JVM (spark/worker_zygote.py)."""
+    parents = set(spark.sparkContext.parallelize(range(2), 2).mapPartitions(_daemon_parent).collect())
+    assert len(parents) == 1 and "-m spanner_cdc.spark.worker_zygote " in parents.pop(), parents
