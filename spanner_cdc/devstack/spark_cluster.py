@@ -15,6 +15,7 @@ from typing import Self
 
 from spanner_cdc.errors import SpannerCdcError
 from spanner_cdc.names import WORKER_DAEMON_MODULE
+from spanner_cdc.spark import worker_zygote
 from spanner_cdc.spark.session import JIT_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,9 @@ class ConnectServer(_Launched):
     ) -> None:  # fmt: skip
         super().__init__(work_dir)
         self.env.update(env or {})
+        zygote = worker_zygote.start() if master.startswith("local") else None
+        if zygote is not None:  # each session's Python daemon is forked from it, its modules already imported
+            self.env[worker_zygote.ENV] = zygote
         self.port = free_port()
         self.url = f"sc://{HOST}:{self.port}"
         settings = {

@@ -8,12 +8,17 @@ environment, directory and arguments over this process's Unix socket (`hand_over
 daemon (pyspark's own manager, on those streams), and the process Spark launched stays as its stand-in: it passes on
 Spark's signals and ends when the daemon ends.
 
+A Connect server the dev stack starts on a local master (`devstack/spark_cluster.ConnectServer`) gets one as well:
+the server starts a daemon per session, and each is then a fork, not a fresh import.
+
 Nothing here may fail a run: a daemon that cannot reach this process (none started, gone, an executor of a cluster)
-imports and runs itself, as before. This process ends when the driver's process does (its standard input closes).
+imports and runs itself, as before. This process ends when the process that started it does (its standard input
+closes).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -38,6 +43,30 @@ _lock = threading.Lock()
 _running: tuple[subprocess.Popen[bytes], str] | None = None
 
 
+def preimport(report: bool = True) -> str | None:
+    """The modules a wave task's worker uses, imported here; a failure is reported (printed, or returned with
+    `report` False), never raised."""
+    failure = None
+    try:
+        import pyarrow as pa
+        import pyarrow.compute  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+        import pyspark.worker  # noqa: F401 - pyspark's worker main, imported by each forked worker otherwise
+        from google.cloud import spanner  # noqa: F401
+
+        from spanner_cdc.source import reader  # noqa: F401
+        from spanner_cdc.spark import executor, reused_worker, wave_task  # noqa: F401
+
+        pa.array(["imported"])  # pyarrow imports pandas at its first array from a list
+    except Exception as exc:  # noqa: BLE001 - the workers then import what they use themselves
+        failure = f"spanner-cdc worker daemon: preimport failed ({exc!r}); each worker imports its own modules"
+        if report:
+            print(failure, file=sys.stderr)
+    gc.collect()
+    gc.freeze()
+    return failure
+
+
 def start() -> str | None:
     """The socket of this process's zygote, started at the first call (or again if it ended); None if it cannot be."""
     global _running
@@ -47,16 +76,29 @@ def start() -> str | None:
         if _running is not None and _running[0].poll() is None:
             return _running[1]
         try:
-            path = str(Path(tempfile.mkdtemp(prefix="spanner-cdc-zygote-")) / "socket")  # the directory is private
-            env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}  # what Spark gives the daemon
-            process = subprocess.Popen(
-                [sys.executable, "-m", __name__, path], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
-                start_new_session=True,  # out of the terminal's reach, as the JVM that launches the daemon
-            )  # fmt: skip
+            _running = spawn(Path(tempfile.mkdtemp(prefix="spanner-cdc-zygote-")))  # the directory is private
         except OSError:
             return None
-        _running = (process, path)
-        return path
+        return _running[1]
+
+
+def spawn(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A zygote listening at `directory`/socket, which it removes with the directory when it ends. The socket is bound
+    here, before the process starts: a daemon that connects while it starts or imports waits in the backlog."""
+    path = str(directory / "socket")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        listener.listen(64)
+        env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}  # what Spark gives the daemon
+        process = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(listener.fileno()), path], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, env=env, pass_fds=[listener.fileno()],
+            start_new_session=True,  # out of the terminal's reach, as the JVM that launches the daemon
+        )  # fmt: skip
+    finally:
+        listener.close()  # the zygote has its own
+    return process, path
 
 
 def hand_over(path: str) -> bool:
@@ -113,14 +155,10 @@ def _send(pid: int, number: int) -> None:
         pass
 
 
-def serve(path: str) -> None:
-    """The zygote: listen, import, then fork a daemon for each request until standard input closes."""
-    from spanner_cdc.spark import worker_daemon
-
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(16)  # a daemon that connects while the imports run waits in the backlog
-    failure = worker_daemon.preimport(report=False)
+def serve(listening: int, path: str) -> None:
+    """The zygote: import, then fork a daemon for each request on the `listening` socket until standard input closes."""
+    listener = socket.socket(fileno=listening)
+    failure = preimport(report=False)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the forked daemons are reaped by the kernel
     poller = select.poll()
     poller.register(0, select.POLLIN)
@@ -206,4 +244,4 @@ def _become_daemon(request: dict[str, Any], fds: list[int], failure: str | None)
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(int(sys.argv[1]), sys.argv[2])

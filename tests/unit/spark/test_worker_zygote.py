@@ -9,7 +9,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,9 +22,8 @@ from spanner_cdc.spark.session import classic_conf
 
 @pytest.fixture
 def zygote(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    path = str(tmp_path / "zygote" / "socket")
-    Path(path).parent.mkdir()
-    process = subprocess.Popen([sys.executable, "-m", "spanner_cdc.spark.worker_zygote", path], stdin=subprocess.PIPE)
+    (tmp_path / "zygote").mkdir()
+    process, path = worker_zygote.spawn(tmp_path / "zygote")  # a daemon may connect at once: the socket is bound
     try:
         yield process, path
     finally:
@@ -81,9 +79,6 @@ def test_a_signal_to_the_launched_process_reaches_the_daemon(zygote: tuple[subpr
 
 def test_the_zygote_ends_with_the_process_that_started_it(zygote: tuple[subprocess.Popen[bytes], str]) -> None:
     process, path = zygote
-    deadline = time.monotonic() + 60
-    while not Path(path).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
     assert process.stdin is not None
     process.stdin.close()
     assert process.wait(timeout=60) == 0 and not Path(path).parent.exists()
