@@ -110,7 +110,7 @@ def hand_over(path: str) -> bool:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.settimeout(HAND_OVER_WAIT_S)
         conn.connect(path)
-        request = json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv}).encode()
+        request = json.dumps({"executable": sys.executable, "env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv}).encode()
         socket.send_fds(conn, [len(request).to_bytes(4, "big")], list(STREAMS))
         conn.sendall(request)
         pid = int(_read_line(conn))  # the forked child waits for the go below before it touches the streams
@@ -186,6 +186,8 @@ def _fork_daemon(listener: socket.socket, conn: socket.socket, failure: str | No
         if len(fds) != len(STREAMS) or len(head) != 4 or size > MAX_REQUEST:
             return
         request = json.loads(_read_exactly(conn, size))
+        if request.get("executable") != sys.executable:  # a daemon of another Python runs itself
+            return
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()

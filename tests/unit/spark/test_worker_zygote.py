@@ -3,6 +3,7 @@ launched, the daemon a child of the zygote, and every fallback to the daemon run
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -108,6 +109,17 @@ def test_a_zygote_that_closes_without_forking_leaves_the_daemon_to_run_itself(tm
         daemon.kill()
         daemon.wait(timeout=60)
         server.close()
+
+
+def test_a_daemon_of_another_python_is_not_forked_here(zygote: tuple[subprocess.Popen[bytes], str]) -> None:
+    _process, path = zygote
+    request = json.dumps({"executable": "/another/python", "env": {}, "cwd": "/", "argv": []}).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(60)
+        conn.connect(path)
+        socket.send_fds(conn, [len(request).to_bytes(4, "big")], [0, 1, 2])
+        conn.sendall(request)
+        assert conn.recv(64) == b""  # closed without a pid: that daemon runs itself
 
 
 def test_only_a_local_driver_names_a_zygote() -> None:
