@@ -6,7 +6,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -69,8 +69,9 @@ def extract_wave(
     lease: timedelta,
     on_start: Callable[[Claim], None] | None = None,
     on_done: Callable[[Claim, TokenResult | None], None] | None = None,
+    while_waiting: Callable[[], None] | None = None,
 ) -> list[TokenResult]:
-    """Land the claims in groups, `concurrency` groups at a time.
+    """Land the claims in groups, `concurrency` groups at a time (`while_waiting`: see `wait_for_groups`).
 
     A group's tokens are read by one Spark job (a task per few tokens, each task's landed tokens in one file per
     table), and those whose files were published are committed in one store transaction (`complete_many`: each
@@ -86,9 +87,20 @@ def extract_wave(
         futures = [
             pool.submit(_run_group, job, group, keeper, out, on_start, on_done) for group in groups(swept, concurrency, job.group_tokens)
         ]
-        for future in futures:
-            future.result()
+        wait_for_groups(futures, while_waiting)
     return raise_failures(job, claims, out.results, out.errors)
+
+
+def wait_for_groups(futures: Sequence[Future[Any]], while_waiting: Callable[[], None] | None = None) -> None:
+    """Each group's end, in order. `while_waiting` runs once, in this thread, when the first group has ended and
+    others still run: this thread is idle then, and the groups' code has been through its own imports, so what
+    `while_waiting` imports (the close's Iceberg modules, `lake/iceberg.import_ahead`) does not meet them halfway."""
+    if while_waiting is not None and len(futures) > 1:
+        _done, pending = wait(futures, return_when=FIRST_COMPLETED)
+        if pending:
+            while_waiting()
+    for future in futures:
+        future.result()
 
 
 def _sweep(

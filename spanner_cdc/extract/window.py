@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import ConfigError, ExtractError, UsageError, setting
@@ -305,8 +305,10 @@ def extract_tokens(
         tracker = _ProgressTracker(Progress(waiting=len(claims), tokens=[c.token for c in claims]), progress)
         # the writer, chosen once: pyarrow on the executors lands a group of tokens per Spark job and commits them
         # together; Spark's own Parquet writer needs a job (and a commit) per token
-        run = extract_wave if job.writer == "arrow" else extract_claims
-        return run(job, claims, concurrency=settings.concurrency, lease=lease, on_start=tracker.started, on_done=tracker.done)
+        if job.writer == "arrow":  # the close's Iceberg modules, if not imported yet, while later groups still run
+            return extract_wave(job, claims, concurrency=settings.concurrency, lease=lease, on_start=tracker.started,
+                                on_done=tracker.done, while_waiting=partial(import_ahead, settings))  # fmt: skip
+        return extract_claims(job, claims, concurrency=settings.concurrency, lease=lease, on_start=tracker.started, on_done=tracker.done)
 
 
 def _task_share(spark: Any, concurrency: int) -> int | None:

@@ -70,7 +70,8 @@ def catalog_properties(catalog: str, *, metadata_url: str | None, warehouse: str
 
 
 # What committing a window imports (~0.8 s of CPU here), on the close's path after the last wave: `import_ahead`
-# imports it while the extract's driver waits for its JVM, once per process.
+# imports it while the extract's driver waits for its JVM, or else (a Connect session, a driver already up) once the
+# first group of the waves has ended and others still run (`extract/wave.wait_for_groups`), once per process.
 CLOSE_MODULES = (
     "pyiceberg.catalog", "pyiceberg.exceptions", "pyiceberg.expressions", "pyiceberg.io.pyarrow", "pyiceberg.table",
     "pyiceberg.table.snapshots", "pyiceberg.table.update.snapshot", "pyiceberg.transforms",
@@ -80,7 +81,8 @@ _imported_ahead = False
 
 def import_ahead(settings: Settings) -> None:
     """The close's Iceberg modules imported now, when windows are committed to Iceberg and this process has not yet:
-    called while the driver's JVM starts, when the run has nothing else to do. A failure is left to the close, which
+    called while the driver's JVM starts or while the waves' last groups run, when the run's own thread has nothing
+    else to do. A failure is left to the close, which
     imports what it needs itself and says why it fails."""
     global _imported_ahead
     if settings.iceberg_catalog == "off" or _imported_ahead:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import pytest
 
+from spanner_cdc.errors import ExtractError
 from spanner_cdc.extract import wave
+from spanner_cdc.extract.wave import wait_for_groups
 from spanner_cdc.settings import Settings
 from spanner_cdc.store.models import Claim
 
@@ -115,3 +119,45 @@ def test_a_wave_task_lands_its_tokens_with_the_threads_set(monkeypatch: pytest.M
 
     assert pickle.loads(pickle.dumps(WaveTasks([["t"]], 3))).threads == 3  # type: ignore[list-item]
     assert WaveTasks([["t"]], 0).threads == 1  # type: ignore[list-item]
+
+
+def test_the_wait_for_groups_runs_its_errand_once_after_the_first_group_while_others_still_run() -> None:
+    release, seen = threading.Event(), []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        quick, slow = pool.submit(lambda: "quick"), pool.submit(release.wait, 60)
+
+        def errand() -> None:
+            seen.append((quick.done(), slow.done()))
+            release.set()
+
+        wait_for_groups([slow, quick], errand)
+    assert seen == [(True, False)]  # after the quick group, before the slow one ended (the errand let it end)
+
+
+def test_the_wait_for_groups_has_no_errand_for_one_group_or_when_all_have_ended() -> None:
+    errands: list[str] = []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        wait_for_groups([pool.submit(lambda: 1)], lambda: errands.append("one group"))
+        ended = [pool.submit(lambda: 2), pool.submit(lambda: 3)]
+        for future in ended:
+            future.result()
+        wait_for_groups(ended, lambda: errands.append("all ended"))
+    assert errands == []
+
+
+def test_the_wait_for_groups_raises_a_groups_failure_after_the_errand() -> None:
+    def failing() -> None:
+        raise ExtractError("group failed")
+
+    errands: list[str] = []
+    release = threading.Event()
+
+    def errand() -> None:
+        errands.append("errand")
+        release.set()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [pool.submit(failing), pool.submit(release.wait, 60)]
+        with pytest.raises(ExtractError, match="group failed"):
+            wait_for_groups(futures, errand)
+    assert errands == ["errand"]
