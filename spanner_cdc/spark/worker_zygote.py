@@ -106,15 +106,15 @@ def hand_over(path: str) -> bool:
     streams, then stand in for it until it ends (True). False, with nothing changed, when it cannot: run yourself."""
     if not hasattr(os, "pidfd_open"):
         return False
+    request = json.dumps({"executable": sys.executable, "env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv}).encode()
     try:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.settimeout(HAND_OVER_WAIT_S)
-        conn.connect(path)
-        request = json.dumps({"executable": sys.executable, "env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv}).encode()
-        socket.send_fds(conn, [len(request).to_bytes(4, "big")], list(STREAMS))
-        conn.sendall(request)
-        pid = int(_read_line(conn))  # the forked child waits for the go below before it touches the streams
-        conn.sendall(b"go\n")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(HAND_OVER_WAIT_S)
+            conn.connect(path)
+            socket.send_fds(conn, [len(request).to_bytes(4, "big")], list(STREAMS))
+            conn.sendall(request)
+            pid = int(_read_line(conn))  # the forked child waits for the go below before it touches the streams
+            conn.sendall(b"go\n")
     except (OSError, ValueError):
         return False
     _stand_in(pid)
