@@ -21,15 +21,14 @@ def run_a_driver(java_options: str) -> int | None:
     from pyspark import SparkContext
 
     from spanner_cdc.spark.session import (
-        classic_builder,
+        classic_session,
         ensure_source_registered,
         start_driver,
         workers_run_this_python,
     )
 
     workers_run_this_python()
-    builder = classic_builder("local[1]", "spanner-cdc-class-archive", java_options)
-    spark = start_driver(builder.getOrCreate, "local[1]")
+    spark = classic_session(start_driver("local[1]", "spanner-cdc-class-archive", java_options))
     jvm: subprocess.Popen[bytes] = SparkContext._gateway.proc  # type: ignore[attr-defined,union-attr]
     ensure_source_registered(spark)
     spark.sparkContext.parallelize(range(2), 2).mapPartitions(lambda numbers: ({"n": n} for n in numbers)).collect()

@@ -11,11 +11,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 from spanner_cdc import names
@@ -306,14 +306,19 @@ def _create(master: str) -> SparkSession:
 
     running = SparkContext._active_spark_context  # type: ignore[attr-defined]
     if running is not None and running._jsc is not None:  # a driver whose SQL side nobody made yet
-        return cast("SparkSession", ClassicSession(running))
+        return classic_session(running)
     log.info("spark: starting a driver for master %s", master)
     workers_run_this_python()
     zygote = worker_zygote.start() if run_mode(master) == LOCAL else None  # its imports overlap the JVM's start
     fast = _fast_start()
-    context = start_driver(lambda: classic_context(master, APP_NAME, fast.java_options(), zygote), master)
+    context = start_driver(master, APP_NAME, fast.java_options(), zygote)
     fast.started()
     context.setLogLevel("ERROR")
+    return classic_session(context)
+
+
+def classic_session(context: Any) -> SparkSession:
+    """The session of a classic driver's SparkContext (`ClassicSession`: its SQL side at its first use)."""
     return cast("SparkSession", ClassicSession(context))
 
 
@@ -426,18 +431,6 @@ def classic_context(master: str, app_name: str, java_options: str = "", zygote: 
     return SparkContext.getOrCreate(conf)
 
 
-def classic_builder(master: str, app_name: str, java_options: str = "") -> Any:
-    """The builder of a classic driver for `master` with classic_conf, whatever Connect markers this process
-    inherited or set (pyspark reads them already at config())."""
-    from pyspark.sql import SparkSession
-
-    drop_connect_markers()
-    builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in classic_conf(master, java_options).items():
-        builder = builder.config(key, value)
-    return builder
-
-
 def is_classic(session: Any) -> bool:
     """A session of this process's own driver, not a Connect session (which pyspark may hand out as the active one)."""
     return not type(session).__module__.startswith("pyspark.sql.connect")
@@ -464,18 +457,15 @@ def local_cores(master: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-Started = TypeVar("Started")
-
-
-def start_driver(start: Callable[[], Started], master: str) -> Started:
-    """`start` a classic driver (classic_context, or a classic_builder's getOrCreate), once more when the JVM exits
-    before it is up; then one line that says what to check."""
+def start_driver(master: str, app_name: str, java_options: str = "", zygote: str | None = None) -> Any:
+    """A classic driver's SparkContext (`classic_context`), started once more when the JVM exits before it is up;
+    then one line that says what to check."""
     from pyspark.errors import PySparkRuntimeError
 
     for attempt in range(1, JVM_START_ATTEMPTS + 1):
         try:
             with _spawn_without_fork_handlers():
-                return start()
+                return classic_context(master, app_name, java_options, zygote)
         except PySparkRuntimeError as exc:
             if exc.getCondition() != "JAVA_GATEWAY_EXITED":
                 raise
