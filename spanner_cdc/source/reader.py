@@ -24,6 +24,7 @@ from spanner_cdc.source.queries import (
     validate_stream_name,
     validate_window,
 )
+from spanner_cdc.source.streaming_sql import streaming_sql
 from spanner_cdc.times import rfc3339
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,7 @@ class PartitionReader:
         self.resumes = 0  # re-queries made after transient failures, over this reader's life
         self._sleep: Callable[[float], None] = time.sleep
         self._partition_mode = None if str(partition_mode).lower() == "auto" else validate_partition_mode(partition_mode)
+        self._streaming_sql = streaming_sql(database)
 
     @property
     def dialect(self) -> str:
@@ -243,6 +245,13 @@ class PartitionReader:
         query = build_query(self.stream, self.dialect, token, start, end, self.heartbeat_ms, mutable=mutable)
         log.debug("%s %s: querying from %s to %s", self.stream, token, rfc3339(start), end and rfc3339(end))
         with self.database.snapshot() as snapshot:
+            if self._streaming_sql is not None:  # the client's generated API, without the snapshot's per-call layers
+                results = self._streaming_sql.execute(snapshot, query, self._request_options)
+                try:
+                    yield from self._records(results, mutable)
+                finally:  # a read that stops early (closed, or failed) ends the server's stream now, not when collected
+                    self._streaming_sql.cancel(results)
+                return
             results = snapshot.execute_sql(
                 query.sql,
                 params=query.params,
@@ -251,22 +260,26 @@ class PartitionReader:
                 timeout=None,  # a change stream query lives as long as its window; the client's default is 1 h
                 lazy_decode=mutable or lazy_decode(self.dialect),
             )
-            # one JSON value a row: read off the client's own (resumed) messages; a client without that attribute
-            # (google-cloud-spanner's, not public) is read through its rows as before
-            messages = getattr(results, "_response_iterator", None)
-            if not mutable and self.dialect == POSTGRESQL and messages is not None:
-                yield from postgresql_records(messages)
-                return
-            _decoders_on_demand(results)
-            mapper = None
-            for row in results:
-                if mapper is None:  # the metadata arrives with the first message
-                    mapper = (
-                        proto_row_mapper(results.fields)
-                        if mutable
-                        else cached_row_mapper(self.dialect, results.fields, _row_type_key(results.fields), results.decode_row)
-                    )
-                yield from mapper(row)
+            yield from self._records(results, mutable)
+
+    def _records(self, results: Any, mutable: bool) -> Iterator[ChangeRecord]:
+        """A query's result set as records."""
+        # one JSON value a row: read off the client's own (resumed) messages; a client without that attribute
+        # (google-cloud-spanner's, not public) is read through its rows as before
+        messages = getattr(results, "_response_iterator", None)
+        if not mutable and self.dialect == POSTGRESQL and messages is not None:
+            yield from postgresql_records(messages)
+            return
+        _decoders_on_demand(results)
+        mapper = None
+        for row in results:
+            if mapper is None:  # the metadata arrives with the first message
+                mapper = (
+                    proto_row_mapper(results.fields)
+                    if mutable
+                    else cached_row_mapper(self.dialect, results.fields, _row_type_key(results.fields), results.decode_row)
+                )
+            yield from mapper(row)
 
     def _error(self, exc: gexc.GoogleAPICallError, token: str | None, start: datetime) -> Exception:
         where = f"{self.stream} {token}"
