@@ -81,25 +81,34 @@ def _as_pb(kind: Any, value: Any) -> Any:
     return kind.pb(value if isinstance(value, kind) else kind(value))
 
 
-_queries: weakref.WeakKeyDictionary[Any, StreamingSql | None] = weakref.WeakKeyDictionary()
+# by the database's id, with a weak reference to tell it from a later object of the same id: google-cloud-spanner's
+# Database defines __eq__ without __hash__, so it cannot key a dict itself
+_queries: dict[int, tuple[weakref.ref[Any], StreamingSql | None]] = {}
 _queries_lock = threading.Lock()
 
 
 def streaming_sql(database: Any) -> StreamingSql | None:
     """The database's StreamingSql, made once; None for what is not google-cloud-spanner's Database (a stand-in in
     unit tests, a client version without these attributes), whose queries go through `snapshot.execute_sql`."""
+    key = id(database)
     with _queries_lock:
-        try:
-            return _queries[database]
-        except (KeyError, TypeError):
-            pass
-        found: StreamingSql | None
-        try:
-            found = StreamingSql(database)
-        except AttributeError:
-            found = None
-        try:
-            _queries[database] = found
-        except TypeError:  # not weakly referenceable: asked again next time
-            pass
+        known = _queries.get(key)
+        if known is not None and known[0]() is database:
+            return known[1]
+    found: StreamingSql | None
+    try:
+        found = StreamingSql(database)
+    except AttributeError:
+        found = None
+    try:
+        ref = weakref.ref(database, lambda _: _forget(key))
+    except TypeError:  # not weakly referenceable: made again next time
         return found
+    with _queries_lock:
+        _queries[key] = (ref, found)
+    return found
+
+
+def _forget(key: int) -> None:
+    with _queries_lock:
+        _queries.pop(key, None)

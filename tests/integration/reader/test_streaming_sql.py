@@ -73,7 +73,7 @@ def test_the_reader_sends_the_clients_own_request_and_reads_the_same_records(
     local_spanner: LocalSpanner, proxy: RecordingProxy, dialect: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     database, stream, start, end = _written(local_spanner, proxy, dialect, rows=6)
-    assert isinstance(streaming_sql(database), StreamingSql)
+    assert isinstance(streaming_sql(database), StreamingSql) and streaming_sql(database) is streaming_sql(database)  # made once
     options = {"dialect": dialect, "heartbeat_ms": 1000, "request_tag": "cdc-orders", "priority": "low"}
     direct = PartitionReader(database, stream, **options)  # type: ignore[arg-type]
     assert direct._streaming_sql is not None
