@@ -110,5 +110,5 @@ def streaming_sql(database: Any) -> StreamingSql | None:
 
 
 def _forget(key: int) -> None:
-    with _queries_lock:
-        _queries.pop(key, None)
+    # no lock: a weak reference's callback runs inside the collector, which may run in a thread holding it
+    _queries.pop(key, None)
