@@ -150,6 +150,55 @@ def bench_dialect(server: LocalSpanner, dialect: str, transactions: int, rounds:
     }
 
 
+def bench_small(partitions: int, rounds: int, tmp: Path) -> dict[str, Any]:
+    """Many small partitions, each read by one query, one after another: the client CPU a query costs the typed reader
+    (its queries through the client's generated API, source/streaming_sql.py), the same reader through the client's
+    snapshot (`snapshot.execute_sql`, as before that), and the bare client's drain; interleaved rounds, one server."""
+    from bench.extract_support import STREAM as SMALL_STREAM
+    from bench.extract_support import new_database, policy_args, write_orders
+    from spanner_cdc.extract.planning import root_partitions
+    from spanner_cdc.source import reader as reader_module
+
+    dialect = "GOOGLE_STANDARD_SQL"
+    with LocalSpanner(extra_args=policy_args(partitions), log_path=tmp / "small-server.log") as server:
+        database = new_database(server)
+        created = stream_metadata(database, SMALL_STREAM, dialect).created_at
+        assert created is not None
+        end = write_orders(database, 2 * partitions, lines=1, spread=2**62 // (2 * partitions))
+        _, roots = root_partitions(database, SMALL_STREAM, dialect=dialect, heartbeat_ms=1000, at=created,
+                                   retention=timedelta(days=1), namespace="bench")  # fmt: skip
+        tokens = [root.token for root in roots]
+        found = reader_module.streaming_sql
+
+        def typed(through_snapshot: bool = False) -> int:
+            reader_module.streaming_sql = (lambda _: None) if through_snapshot else found  # type: ignore[assignment]
+            try:
+                return sum(_typed(database, SMALL_STREAM, dialect, token, created, end) for token in tokens)
+            finally:
+                reader_module.streaming_sql = found
+
+        readers: dict[str, Callable[[], int]] = {
+            "typed": typed,
+            "typed, snapshot": lambda: typed(through_snapshot=True),
+            "bare": lambda: sum(_bare(database, SMALL_STREAM, dialect, token, created, end) for token in tokens),
+        }
+        cpu_ms: dict[str, list[float]] = {name: [] for name in readers}
+        for _ in range(rounds):
+            for name, run in readers.items():
+                _, _, cpu = _timed(run)
+                cpu_ms[name].append(cpu / len(tokens) * 1e3)
+    return {"partitions": len(tokens), **{name: statistics.median(values) for name, values in cpu_ms.items()}, "rounds": cpu_ms}
+
+
+def _print_small(result: dict[str, Any], rounds: int) -> None:
+    print(f"{COMMAND} --small-partitions {result['partitions']}: client CPU ms a query, {result['partitions']:,} partitions of a "
+          f"few records each read one after another, medians of {rounds} interleaved rounds")  # fmt: skip
+    for name in ("typed", "typed, snapshot", "bare"):
+        print(f"  {name:<16} {result[name]:6.3f}   rounds: " + " ".join(f"{v:.3f}" for v in result["rounds"][name]))
+    print(f"  typed through the generated API / through the snapshot: {result['typed'] / result['typed, snapshot']:.2f}x the CPU; "
+          f"/ the bare client's drain: {result['typed'] / result['bare']:.2f}x")  # fmt: skip
+
+
 def _print(results: list[dict[str, Any]], rounds: int) -> None:
     print(f"{COMMAND}: typed PartitionReader vs bare google-cloud-spanner drain, one partition, same server and run")
     print(
@@ -177,7 +226,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--transactions", type=int, default=5000, help="committed transactions (2 records each)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved measurement rounds per reader")
     parser.add_argument("--dialect", choices=("GOOGLE_STANDARD_SQL", "POSTGRESQL", "both"), default="both")
+    parser.add_argument("--small-partitions", type=int, default=0,
+                        help="instead: the client CPU a query costs over this many small partitions (GoogleSQL)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.small_partitions:
+        with tempfile.TemporaryDirectory(prefix="bench-reader-") as tmp:
+            _print_small(bench_small(args.small_partitions, args.rounds, Path(tmp)), args.rounds)
+        return 0
     dialects = ["GOOGLE_STANDARD_SQL", "POSTGRESQL"] if args.dialect == "both" else [args.dialect]
     with tempfile.TemporaryDirectory(prefix="bench-reader-") as tmp:
         server = LocalSpanner(extra_args=SERVER_ARGS, log_path=Path(tmp) / "server.log")
