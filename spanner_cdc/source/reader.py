@@ -264,8 +264,8 @@ class PartitionReader:
 
     def _records(self, results: Any, mutable: bool) -> Iterator[ChangeRecord]:
         """A query's result set as records."""
-        # one JSON value a row: read off the client's own (resumed) messages; a client without that attribute
-        # (google-cloud-spanner's, not public) is read through its rows as before
+        # one JSON value a row: read off the result set's messages (the generated API's, or the client's resumed
+        # ones); a result set without that attribute (google-cloud-spanner's, not public) is read through its rows
         messages = getattr(results, "_response_iterator", None)
         if not mutable and self.dialect == POSTGRESQL and messages is not None:
             yield from postgresql_records(messages)
