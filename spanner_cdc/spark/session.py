@@ -421,11 +421,41 @@ def drop_connect_markers() -> None:
         os.environ.pop(name, None)
 
 
+class _NumpyArgument:
+    """One of pyspark's converters of numpy arguments for py4j, asked only about numpy objects. pyspark's own
+    `can_convert` imports pyspark.testing.utils (pandas with it: ~0.6 s of a core) at the first argument a process
+    sends to its JVM, while that JVM waits to be asked for the SparkContext (~0.8 s of a driver's start here); no
+    argument this project sends is a numpy object, and one that is still converts as pyspark converts it."""
+
+    def __init__(self, converter: Any) -> None:
+        self.converter = converter
+
+    def can_convert(self, obj: Any) -> bool:
+        numpy = sys.modules.get("numpy")  # not imported: obj is not a numpy object
+        return numpy is not None and isinstance(obj, (numpy.generic, numpy.ndarray)) and self.converter.can_convert(obj)
+
+    def convert(self, obj: Any, gateway_client: Any) -> Any:
+        return self.converter.convert(obj, gateway_client)
+
+
+def numpy_arguments_on_demand() -> None:
+    """py4j's argument converters with pyspark's numpy ones behind `_NumpyArgument` (py4j's own list, in place)."""
+    from py4j import protocol
+    from pyspark.sql import types
+
+    named = (getattr(types, name, None) for name in ("NumpyArrayConverter", "NumpyScalarConverter"))
+    numpy_converters = tuple(c for c in named if isinstance(c, type))  # none in another pyspark: nothing changes
+    for n, converter in enumerate(protocol.INPUT_CONVERTER):
+        if isinstance(converter, numpy_converters):
+            protocol.INPUT_CONVERTER[n] = _NumpyArgument(converter)
+
+
 def classic_context(master: str, app_name: str, java_options: str = "", zygote: str | None = None) -> Any:
     """A classic driver's SparkContext for `master` with classic_conf (or this process's running one)."""
     from pyspark import SparkConf, SparkContext
 
     drop_connect_markers()
+    numpy_arguments_on_demand()
     settings = classic_conf(master, java_options, zygote)
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
     return SparkContext.getOrCreate(conf)

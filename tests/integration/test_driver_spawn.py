@@ -87,13 +87,18 @@ rdd_job = session.sparkContext.parallelize(range(4), 2).map(lambda n: n * 2).sum
 print(rdd_job, SparkSession._instantiatedSession is None, jvm_sessions.getDefaultSession().isDefined())
 print(session.range(3).count(), os.environ.get("SPARK_CONNECT_MODE_ENABLED"), os.environ.get("SPARK_REMOTE"))
 print(session.conf.get("spark.sql.session.timeZone"), jvm_sessions.getDefaultSession().isDefined())
+import sys
+print("pyspark.testing.utils" in sys.modules, "pandas" in sys.modules)
+import numpy as np
+jvm = session.sparkContext._jvm
+print(jvm.java.lang.Math.abs(np.int64(-5)), jvm.java.util.Arrays.toString(np.array([3, 1, 2], dtype="int32")))
 """
 
 
 def test_a_local_master_starts_a_classic_driver_in_a_process_marked_for_connect() -> None:
     """A child of a process that made a Connect session inherits pyspark's marker; the master still decides.
     The driver's SQL side (pyspark's SparkSession) waits for its first use: an RDD job runs without it, then a
-    DataFrame makes it, with the runtime settings."""
+    DataFrame makes it, with the runtime settings. Neither imports pandas (session.numpy_arguments_on_demand)."""
     import os
     import sys
 
@@ -108,6 +113,10 @@ def test_a_local_master_starts_a_classic_driver_in_a_process_marked_for_connect(
     # three rows counted by a local driver; the markers are gone, so later DataFrame calls stay classic
     assert lines[1] == ["3", "None", "None"]
     assert lines[2] == ["UTC", "True"]  # made by the DataFrame, with RUNTIME_CONF
+    # no argument sent to the JVM so far was a numpy object: pyspark's numpy converters were not asked (asking
+    # imports pyspark.testing.utils and pandas, while the JVM waits); numpy arguments still convert as pyspark does
+    assert lines[3] == ["False", "False"]
+    assert lines[4] == ["5", "[3,", "1,", "2]"]
 
 
 def test_a_connect_master_after_a_local_driver_in_one_process(spark_connect_server: Any) -> None:
