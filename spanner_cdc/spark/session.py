@@ -431,8 +431,10 @@ class _NumpyArgument:
         self.converter = converter
 
     def can_convert(self, obj: Any) -> bool:
-        numpy = sys.modules.get("numpy")  # not imported: obj is not a numpy object
-        return numpy is not None and isinstance(obj, (numpy.generic, numpy.ndarray)) and self.converter.can_convert(obj)
+        # numpy not imported (or still being imported by another thread): obj is not a numpy object
+        numpy = sys.modules.get("numpy")
+        kinds = tuple(kind for kind in (getattr(numpy, "generic", None), getattr(numpy, "ndarray", None)) if isinstance(kind, type))
+        return bool(kinds) and isinstance(obj, kinds) and self.converter.can_convert(obj)
 
     def convert(self, obj: Any, gateway_client: Any) -> Any:
         return self.converter.convert(obj, gateway_client)
