@@ -431,10 +431,11 @@ class _NumpyArgument:
         self.converter = converter
 
     def can_convert(self, obj: Any) -> bool:
-        # numpy not imported (or still being imported by another thread): obj is not a numpy object
+        # numpy not imported (or still being imported by another thread): obj is not a numpy object; py4j asks
+        # every converter about every argument of every call, so this stays two lookups and one isinstance
         numpy = sys.modules.get("numpy")
-        kinds = tuple(kind for kind in (getattr(numpy, "generic", None), getattr(numpy, "ndarray", None)) if isinstance(kind, type))
-        return bool(kinds) and isinstance(obj, kinds) and self.converter.can_convert(obj)
+        kinds = (getattr(numpy, "generic", ()), getattr(numpy, "ndarray", ()))  # () matches nothing
+        return isinstance(obj, kinds) and self.converter.can_convert(obj)
 
     def convert(self, obj: Any, gateway_client: Any) -> Any:
         return self.converter.convert(obj, gateway_client)
