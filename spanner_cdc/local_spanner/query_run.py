@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from spanner_cdc.local_spanner.catalog_queries import VIEWS, view_rows
+from spanner_cdc.local_spanner.catalog_queries import VIEWS, view_columns, view_rows
 from spanner_cdc.local_spanner.keysets import Rows, matching_keys, sorted_keys
 from spanner_cdc.local_spanner.model import QueryError
 from spanner_cdc.local_spanner.schema import Schema, TableDef
@@ -97,7 +97,7 @@ def _source(statement: Select, view: ReadView) -> tuple[Columns, list[dict[str, 
         name = statement.source.upper()
         if name not in VIEWS:
             raise QueryError("INVALID_ARGUMENT", f"Unsupported view INFORMATION_SCHEMA.{statement.source}: expected one of {', '.join(VIEWS)}")
-        available = [(n.lower() if database.postgres else n, t) for n, t in VIEWS[name]]
+        available = view_columns(name, database.postgres)
         return available, [{(k.lower() if database.postgres else k): v for k, v in row.items()} for row in view_rows(database, name, schema)]
     table = schema.table(statement.source)
     if table is None:
