@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 EMULATOR_ENV = "SPANNER_EMULATOR_HOST"
 ADMIN_TIMEOUT_S = 30.0  # admin calls are short; a dead server must not hang the CLI for the client's default hour
-DEFAULT_RETENTION = timedelta(days=1)
+DEFAULT_RETENTION = timedelta(days=7)  # Spanner's documented default, when CHANGE_STREAM_OPTIONS lists no retention_period
 DEFAULT_VALUE_CAPTURE_TYPE = "OLD_AND_NEW_VALUES"
 _RETENTION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$", re.IGNORECASE)
 _UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
