@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from sqlglot import exp
@@ -168,11 +169,12 @@ def _sorted(records: list[dict[str, Any]], order: exp.Order, scope: Scope, alias
     return records
 
 
-def run_select(statement: Select, view: ReadView, params: Mapping[str, Typed]) -> tuple[Columns, list[list[Any]]]:
-    """Rows of a one-table SELECT: WHERE, COUNT(*), ORDER BY, LIMIT / OFFSET, projections of expressions."""
+def run_select(statement: Select, view: ReadView, params: Mapping[str, Typed], now: datetime | None = None) -> tuple[Columns, list[list[Any]]]:
+    """Rows of a one-table SELECT: WHERE, COUNT(*), ORDER BY, LIMIT / OFFSET, projections of expressions; `now` is
+    CURRENT_TIMESTAMP (default: the view's timestamp)."""
     postgres = view.database.postgres
     available, records = _source(statement, view)
-    scope = Scope(available, postgres, params, statement.source or "", statement.alias)
+    scope = Scope(available, postgres, params, statement.source or "", statement.alias, now or view.timestamp)
     where = statement.tree.args.get("where")
     if where is not None:
         records = [r for r in records if truth(where.this, r, scope)]

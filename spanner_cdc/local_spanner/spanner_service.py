@@ -201,7 +201,9 @@ class SpannerService:
             return self._dml(database, plan, params, transaction, seqno, begun)
         assert isinstance(plan, Select)
         with self.catalog.lock:
-            columns, rows = run_select(plan, self._view(database, transaction), params)
+            view = self._view(database, transaction)
+            assert self.catalog.clock is not None
+            columns, rows = run_select(plan, view, params, view.timestamp or self.catalog.clock.now())
         return Result(columns, rows, begun, returned_ts)
 
     def _dml(self, database: Database, plan: Dml, params: dict[str, Any], transaction: Transaction | None, seqno: int, begun: bytes) -> Result:
