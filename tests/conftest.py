@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.airflow_db", "tests.fixtures.airflow_ui", "tests.fixtures.spanner",
-                  "tests.fixtures.spark", "tests.fixtures.object_store"]
+                  "tests.fixtures.spark", "tests.fixtures.object_store", "tests.fixtures.emulator"]
 
 
 def _weight(item: pytest.Item) -> tuple[int, float]:
