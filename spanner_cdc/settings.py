@@ -107,6 +107,9 @@ def is_lake_url(root: Path | str) -> bool:
     return isinstance(root, str) and root.split("://", 1)[0] in LAKE_SCHEMES
 
 
+DEFAULT_HOME = Path(".local")
+
+
 def _meta(parse: Callable[[str, Any], Any], help: str) -> dict[str, Any]:
     return {"parse": parse, "help": help}
 
@@ -147,7 +150,7 @@ class Settings:
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
     namespace: str = field(default="live", metadata=_meta(identifier, "lineage namespace"))
     concurrency: int = field(default=4, metadata=_meta(int_between(1, 256), "tokens extracted at once"))
-    home: Path = field(default=Path(".local"), metadata=_meta(_path, "where embedded services keep their data"))
+    home: Path = field(default=DEFAULT_HOME, metadata=_meta(_path, "where embedded services keep their data"))
     emulator_host: str | None = field(
         default=None, metadata=_meta(optional(text), "host:port of an emulator or the local server")
     )
