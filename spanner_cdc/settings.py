@@ -130,7 +130,7 @@ class Settings:
         default=None, metadata=_meta(_postgres_url, "Postgres URL of the metadata store (default: embedded)")
     )
     output_root: Path | str = field(
-        default=Path(".local/lake"), metadata=_meta(output_root, "root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix")
+        default=DEFAULT_HOME / "lake", metadata=_meta(output_root, "root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (default: <home>/lake)")
     )
     iceberg_catalog: str = field(
         default="store", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: store (default), off, or a REST/Hive catalog URL")
@@ -254,6 +254,8 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
         if f.name in raw:
             label, value = raw[f.name]
             values[f.name] = f.metadata["parse"](label, value)
+    if "output_root" not in values:  # the default lake is the home's, wherever the command runs
+        values["output_root"] = values.get("home", DEFAULT_HOME) / "lake"
     return Settings(**values)
 
 

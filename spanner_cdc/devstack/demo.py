@@ -175,8 +175,9 @@ def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSu
         # `make up` starts it again with the demo's data
         if postgres.started:
             postgres.stop()
+            up_command, down_command = next_commands(settings)[-1], _down_command(settings)
             _say(echo, f"stopped the embedded Postgres the demo started (data kept in {postgres.data_dir}; "
-                       "`make up` starts it again, `make down` stops one left running)")
+                       f"`{up_command}` starts it again, `{down_command}` stops one left running)")
 
 
 def _refuse_other_streams(postgres: embedded_pg.EmbeddedPostgres) -> None:
@@ -205,6 +206,10 @@ def next_commands(settings: Settings) -> list[str]:
         f"spanner-cdc lake show --stream {CHANGE_STREAM}{home}",
         "make up" if not home else f"spanner-cdc up{home}",
     ]
+
+
+def _down_command(settings: Settings) -> str:
+    return "make down" if settings.home == DEFAULT_HOME else f"spanner-cdc down --home {shlex.quote(str(settings.home))}"
 
 
 def _run(
