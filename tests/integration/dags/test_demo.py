@@ -111,6 +111,10 @@ def test_the_demo_ends_with_a_summary_whose_numbers_are_true(demo_run: dict[str,
     assert summary["written"] == summary["landed"] > 0
     assert summary["missing"] == summary["unexpected"] == summary["duplicate_uuids"] == 0
 
+    # Airflow shows each run as long as it took, not from its (past) logical date: under an hour, not hours
+    durations = json.loads((home / "demo" / "logs" / "airflow.result.json").read_text())
+    assert all(run["airflow_seconds"] is not None and 0 < run["airflow_seconds"] < 3600 for run in durations), durations
+
 
 
 def test_the_demo_stops_the_postgres_it_started(demo_run: dict[str, Any]) -> None:
