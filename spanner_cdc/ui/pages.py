@@ -112,7 +112,7 @@ def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime
     counts = " · ".join(f"{n} {s.lower()}" for s, n in state_counts(view).items() if n)
     cards = [
         ("partitions", str(len(view.partitions) + view.folded_partitions), counts or "none"),  # folded: still counted
-        ("low watermark", human_duration(lag, '—') + " ago" if lag is not None else "—", display_time(view.low_watermark)),
+        ("low watermark (checkpoint)", human_duration(lag, '—') + " ago" if lag is not None else "—", display_time(view.low_watermark)),
         ("windows complete", f"{view.windows_complete} / {view.windows_total}",
          f"newest {display_time(newest.start)} → {display_time(newest.end)}" if newest else "no window yet"),
         ("stuck", str(len({s.token for s in stuck_list})), "see the stuck list" if stuck_list else "nothing stuck"),
