@@ -14,17 +14,18 @@ ENV JAVA_HOME=/usr/lib/jvm/default-java \
     PYTHONUNBUFFERED=1 \
     AIRFLOW_HOME=/opt/airflow
 
-WORKDIR /opt/spanner-cdc
-# Dependencies first (cached until pyproject.toml changes), then the code. The install is editable
-# because the store reads its migrations from sql/ next to the package.
-COPY pyproject.toml README.md ./
-COPY spanner_cdc ./spanner_cdc
+# The package is built into a wheel and installed from it, as a deployment installs it (no checkout on the path):
+# [spark] for the drivers and the cluster's own pyspark, [local] for the local Spanner server of the stack.
+COPY pyproject.toml README.md /tmp/src/
+COPY spanner_cdc /tmp/src/spanner_cdc
 RUN python -m venv /opt/venv \
  && pip install --no-cache-dir --upgrade pip \
- && pip install --no-cache-dir -e .
-COPY sql ./sql
+ && pip wheel --no-cache-dir --no-deps --wheel-dir /tmp/dist /tmp/src \
+ && pip install --no-cache-dir "$(ls /tmp/dist/spanner_cdc-*.whl)[spark,local]" \
+ && rm -rf /tmp/src /tmp/dist
+WORKDIR /opt/spanner-cdc
+# The stack's DAG files, streams file and spark-submit entry (the UI plugin comes from the package's entry point).
 COPY dags ./dags
-COPY plugins ./plugins
 COPY spark_jobs ./spark_jobs
 COPY config ./config
 

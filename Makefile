@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo up down test test-unit test-stores lint bench clean
+.PHONY: install demo up down test test-unit test-lowest test-wheel test-stores lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,20 @@ test: install browser-deps monitoring-deps
 
 test-unit: install
 	$(BIN)/pytest tests/unit
+
+# The unit tests with every direct dependency at its declared lower bound (uv's lowest-direct resolution), in a
+# virtualenv of their own: the floors in pyproject.toml are true.
+LOWEST_VENV := .local/lowest-venv
+
+test-lowest: install
+	rm -rf $(LOWEST_VENV)
+	$(BIN)/uv venv -q --python $(BIN)/python $(LOWEST_VENV)
+	$(BIN)/uv pip install -q --python $(LOWEST_VENV)/bin/python --resolution lowest-direct -e '.[dev]'
+	$(LOWEST_VENV)/bin/python -m pytest -n $(TEST_WORKERS) -q tests/unit
+
+# The built wheel in a fresh Python 3.13 virtualenv, outside the checkout: db upgrade, the DAGs, the plugin, a window.
+test-wheel: install
+	$(BIN)/pytest -p no:xdist -m integration tests/integration/extract/test_installed_wheel.py
 
 # The crash scenarios on every lake store (local path, S3 server, GCS server); `make test` runs each store once.
 test-stores: install

@@ -19,6 +19,7 @@ from typing import Any
 from spanner_cdc.devstack import embedded_pg
 from spanner_cdc.errors import SpannerCdcError
 from spanner_cdc.names import MAINTENANCE_POOL, SPANNER_POOL
+from spanner_cdc.resources import dags_folder
 from spanner_cdc.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -26,11 +27,6 @@ log = logging.getLogger(__name__)
 AIRFLOW_DATABASE = "airflow"
 SQL_CONN_VAR = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
 MIGRATED_STAMP = ".spanner_cdc_migrated"
-
-
-def repo_root() -> Path:
-    """The checkout holding dags/ and plugins/ (the package is installed in editable mode from it)."""
-    return Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -70,14 +66,15 @@ def _secrets(home: Path) -> dict[str, str]:
 
 
 def airflow_environment(home: Path, sql_alchemy_conn: str, *, api_port: int = 8080) -> dict[str, str]:
-    """The AIRFLOW_* variables for the embedded stack: our dags/ and plugins/, no examples, LocalExecutor."""
-    root = repo_root()
+    """The AIRFLOW_* variables for the embedded stack: the package's DAG file, no examples, LocalExecutor.
+
+    The UI plugin comes from the package's `airflow.plugins` entry point, so the plugins folder stays Airflow's default.
+    """
     keys = _secrets(home)
     return {
         "AIRFLOW_HOME": str(home),
         SQL_CONN_VAR: sql_alchemy_conn,
-        "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "plugins"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder()),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__FERNET_KEY": keys["fernet_key"],
@@ -94,8 +91,6 @@ def airflow_environment(home: Path, sql_alchemy_conn: str, *, api_port: int = 80
         # empty one, follows the last one sooner on a one-user stack
         "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        # The package is importable from the DAG files even when Airflow is started from another directory.
-        "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p),
     }
 
 

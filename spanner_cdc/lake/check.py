@@ -96,7 +96,9 @@ def check_table(table: pa.Table, *, window_start: datetime, window_end: datetime
     expected = per_transaction.column("number_of_records_in_transaction_max")
     mismatch = pc.fill_null(pc.or_kleene(pc.not_equal(landed, expected), pc.not_equal(low, expected)), False)
     bad = per_transaction.filter(mismatch)
-    order = pc.sort_indices(bad, sort_keys=[("server_transaction_id", "ascending", "at_start")])  # nulls first, as Spark
+    # nulls first, as Spark; by an is-null key rather than null_placement, whose form differs across pyarrow releases
+    keyed = bad.append_column("_null", pc.is_null(bad.column("server_transaction_id")))
+    order = pc.sort_indices(keyed, sort_keys=[("_null", "descending"), ("server_transaction_id", "ascending")])
     examples = [
         {"server_transaction_id": row["server_transaction_id"], "landed_records": int(row["record_sequence_count_distinct"]),
          "number_of_records_in_transaction": int(row["number_of_records_in_transaction_max"])}

@@ -61,7 +61,9 @@ def _task_states(run: Any) -> dict[str, str]:
 def _load_dag(dag_id: str) -> Any:
     from airflow.dag_processing.dagbag import DagBag
 
-    folder = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER") or str(Path(__file__).resolve().parents[2] / "dags")
+    from spanner_cdc.resources import dags_folder
+
+    folder = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER") or str(dags_folder())
     bag = DagBag(folder)
     if bag.import_errors:
         raise SystemExit(f"DAG import errors: {json.dumps({k: str(v) for k, v in bag.import_errors.items()})}")

@@ -1,10 +1,11 @@
-"""Versioned SQL migrations from `sql/NNNN_verb_what.sql`, applied in order and recorded in a version table."""
+"""Versioned SQL migrations from the package's `store/sql/NNNN_verb_what.sql`, applied in order and recorded in a version table."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -13,9 +14,10 @@ from spanner_cdc.errors import SchemaOutdated, StoreError
 from spanner_cdc.store import functions
 from spanner_cdc.store.database import UPGRADE_HINT, Database
 
-# The schema this code was written against; a unit test keeps it equal to the newest file in sql/.
+# The schema this code was written against; a unit test keeps it equal to the newest file in store/sql/.
 SCHEMA_VERSION = 10
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+# Package data (in the wheel and in an editable checkout alike), read through importlib.resources.
+SQL_DIR: Traversable = files("spanner_cdc.store") / "sql"
 VERSION_TABLE = "cdc_schema_migrations"
 FILE_NAME = re.compile(r"^(\d{4})_([a-z][a-z0-9_]*)\.sql$")
 # Any fixed number works; it only has to be the same for every spanner-cdc process.
@@ -26,22 +28,22 @@ UPGRADE_LOCK_KEY = 0x5C0C_DB01
 class Migration:
     version: int
     name: str
-    path: Path
+    path: Traversable
 
     def statements(self) -> str:
         return self.path.read_text(encoding="utf-8")
 
 
-def discover(sql_dir: Path = SQL_DIR) -> list[Migration]:
+def discover(sql_dir: Traversable = SQL_DIR) -> list[Migration]:
     """Every migration file in version order; a gap or a badly named file is an error, not a skip."""
     if not sql_dir.is_dir():
-        raise StoreError(f"migration files not found in {sql_dir}: install spanner-cdc from its source tree")
+        raise StoreError(f"migration files not found in {sql_dir}: reinstall spanner-cdc (the package lacks store/sql/)")
     found = []
-    for path in sorted(sql_dir.glob("*.sql")):
+    for path in sorted((p for p in sql_dir.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name):
         match = FILE_NAME.match(path.name)
         if match is None:
             raise StoreError(f"migration file {path} is not named NNNN_verb_what.sql")
-        found.append(Migration(int(match.group(1)), path.stem, path))
+        found.append(Migration(int(match.group(1)), path.name.removesuffix(".sql"), path))
     versions = [m.version for m in found]
     if versions != list(range(1, len(found) + 1)):
         raise StoreError(f"migration versions in {sql_dir} must be 1..N without gaps, found {versions}")

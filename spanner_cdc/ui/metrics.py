@@ -1,5 +1,5 @@
 """Prometheus text exposition (format 0.0.4) of every lineage: records landed, partitions by state, lag, windows,
-freshness and retention headroom. The alert rules in `config/prometheus/` and the example dashboard use only these."""
+freshness and retention headroom. The alert rules in `resources/prometheus/` and the example dashboard use only these."""
 
 from __future__ import annotations
 

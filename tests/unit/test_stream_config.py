@@ -12,7 +12,7 @@ from spanner_cdc.errors import ConfigError
 from spanner_cdc.settings import Settings, load_settings
 from spanner_cdc.stream_config import load_streams, parse_stream
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "streams.example.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "spanner_cdc" / "resources" / "streams.example.toml"
 
 
 def _settings(streams: dict) -> Settings:

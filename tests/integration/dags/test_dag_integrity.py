@@ -11,7 +11,7 @@ from tests.integration.dags.airflow_subprocess import DAGS, REPO, airflow_env, r
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy(14)]  # it mostly waits: started beside the busy modules, not last
 
-EXAMPLE = REPO / "config" / "streams.example.toml"
+EXAMPLE = REPO / "spanner_cdc" / "resources" / "streams.example.toml"
 
 # Parsing a DAG file may load Airflow itself (which already brings SQLAlchemy) and the light config
 # modules of the package; it must not load the extract machinery or any client library.
@@ -22,7 +22,7 @@ HEAVY_PREFIXES = (
 )
 ALLOWED_PACKAGE_MODULES = {
     "spanner_cdc", "spanner_cdc.errors", "spanner_cdc.names", "spanner_cdc.settings", "spanner_cdc.stream_config",
-    "spanner_cdc.orchestration",
+    "spanner_cdc.orchestration", "spanner_cdc.airflow", "spanner_cdc.airflow.dags",  # the DAG factory
     "spanner_cdc.validators", "spanner_cdc.times",  # the settings' validators and the one UTC coercion (standard library only)
     # Airflow imports the deadline callback (names.DEADLINE_CALLBACK) to check it while it parses the hourly DAG
     "spanner_cdc.orchestration.deadline",

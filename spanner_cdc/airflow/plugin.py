@@ -1,4 +1,4 @@
-"""Airflow plugin: mounts the spanner-cdc monitoring app in the API server and links it from the UI."""
+"""The Airflow plugin, registered by the package's `airflow.plugins` entry point: the monitoring app in the API server."""
 
 from __future__ import annotations
 
