@@ -107,6 +107,9 @@ def is_lake_url(root: Path | str) -> bool:
     return isinstance(root, str) and root.split("://", 1)[0] in LAKE_SCHEMES
 
 
+DEFAULT_HOME = Path(".local")
+
+
 def _meta(parse: Callable[[str, Any], Any], help: str) -> dict[str, Any]:
     return {"parse": parse, "help": help}
 
@@ -127,7 +130,7 @@ class Settings:
         default=None, metadata=_meta(_postgres_url, "Postgres URL of the metadata store (default: embedded)")
     )
     output_root: Path | str = field(
-        default=Path(".local/lake"), metadata=_meta(output_root, "root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix")
+        default=DEFAULT_HOME / "lake", metadata=_meta(output_root, "root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (default: <home>/lake)")
     )
     iceberg_catalog: str = field(
         default="store", metadata=_meta(_iceberg_catalog, "commit each closed window to an Iceberg table: store (default), off, or a REST/Hive catalog URL")
@@ -147,7 +150,7 @@ class Settings:
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
     namespace: str = field(default="live", metadata=_meta(identifier, "lineage namespace"))
     concurrency: int = field(default=4, metadata=_meta(int_between(1, 256), "tokens extracted at once"))
-    home: Path = field(default=Path(".local"), metadata=_meta(_path, "where embedded services keep their data"))
+    home: Path = field(default=DEFAULT_HOME, metadata=_meta(_path, "where embedded services keep their data"))
     emulator_host: str | None = field(
         default=None, metadata=_meta(optional(text), "host:port of an emulator or the local server")
     )
@@ -251,6 +254,8 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
         if f.name in raw:
             label, value = raw[f.name]
             values[f.name] = f.metadata["parse"](label, value)
+    if "output_root" not in values:  # the default lake is the home's, wherever the command runs
+        values["output_root"] = values.get("home", DEFAULT_HOME) / "lake"
     return Settings(**values)
 
 

@@ -77,6 +77,10 @@ def flag_namer(parser: argparse.ArgumentParser, command: str) -> Callable[[str],
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # libraries' warnings (platformdirs' RuntimeDirWarning on a machine without XDG_RUNTIME_DIR) are not the user's
+    # business: logged, and shown with --debug only, so a user error stays the one line on stderr
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").setLevel(logging.ERROR)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -84,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("py.warnings").setLevel(logging.DEBUG if args.debug else logging.ERROR)
     try:
         return int(args.func(args) or 0)
     except SpannerCdcError as exc:

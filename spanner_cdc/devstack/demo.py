@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import logging
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -17,14 +18,14 @@ from typing import Any
 from spanner_cdc.devstack import airflow_env, embedded_pg
 from spanner_cdc.devstack.demo_summary import DemoSummary, summarize
 from spanner_cdc.names import IMMUTABLE_KEY_RANGE, LIVE_NAMESPACE, hourly_dag_id
-from spanner_cdc.settings import Settings
+from spanner_cdc.settings import DEFAULT_HOME, Settings
 
 log = logging.getLogger(__name__)
 
 STREAM_NAME = "demo"  # the [streams.demo] table, so the DAG is spanner_cdc_hourly__demo
 CHANGE_STREAM = "demo_stream"
 DATABASE = "demo"
-LINEAGE_DATABASE = "spanner_cdc_demo"
+LINEAGE_DATABASE = embedded_pg.DEV_DATABASE  # the store the CLI reads on this home, so the summary's commands see the demo
 HOUR = dt.timedelta(hours=1)
 Echo = Callable[[str], None] | None
 
@@ -174,8 +175,41 @@ def demo(settings: Settings, options: DemoOptions, echo: Echo = print) -> DemoSu
         # `make up` starts it again with the demo's data
         if postgres.started:
             postgres.stop()
+            up_command, down_command = next_commands(settings)[-1], _down_command(settings)
             _say(echo, f"stopped the embedded Postgres the demo started (data kept in {postgres.data_dir}; "
-                       "`make up` starts it again, `make down` stops one left running)")
+                       f"`{up_command}` starts it again, `{down_command}` stops one left running)")
+
+
+def _refuse_other_streams(postgres: embedded_pg.EmbeddedPostgres) -> None:
+    """UsageError when the dev store the demo replaces holds lineages of other streams than the demo's (a user's own
+    extracts on this home): the demo starts from an empty store and must not drop theirs."""
+    from spanner_cdc.errors import UsageError
+    from spanner_cdc.store import MetadataStore
+
+    if not postgres.has_database(LINEAGE_DATABASE):
+        return
+    with MetadataStore.connect(postgres.url(LINEAGE_DATABASE)) as store:
+        others = sorted({x.stream for x in store.lineages() if x.stream != CHANGE_STREAM}) if store.schema_version() else []
+    if others:
+        raise UsageError(
+            f"the metadata store {LINEAGE_DATABASE} under {postgres.data_dir.parent} holds lineages of {', '.join(others)}, "
+            "which the demo would replace: run it with another --home"
+        )
+
+
+def next_commands(settings: Settings) -> list[str]:
+    """What the summary tells the user to run next, each reading what this demo made (its home's store and server)."""
+    home = "" if settings.home == DEFAULT_HOME else f" --home {shlex.quote(str(settings.home))}"
+    return [
+        f"spanner-cdc lineage list{home}",
+        f"spanner-cdc lineage show --stream {CHANGE_STREAM}{home}",
+        f"spanner-cdc lake show --stream {CHANGE_STREAM}{home}",
+        "make up" if not home else f"spanner-cdc up{home}",
+    ]
+
+
+def _down_command(settings: Settings) -> str:
+    return "make down" if settings.home == DEFAULT_HOME else f"spanner-cdc down --home {shlex.quote(str(settings.home))}"
 
 
 def _run(
@@ -185,6 +219,7 @@ def _run(
     """The demo's steps on its running Postgres."""
     from spanner_cdc.devstack.spanner_server import LocalSpanner
 
+    _refuse_other_streams(postgres)
     postgres.drop_database(LINEAGE_DATABASE)
     lineage_url = postgres.create_database(LINEAGE_DATABASE)
     airflow_env.upgrade_store(lineage_url)
@@ -226,7 +261,7 @@ def _run(
     _say(echo, "5/5 summary: reading back the lake and the lineage store")
     summary = summarize(
         paths=paths, lake_root=lake, lineage_url=lineage_url, stream=CHANGE_STREAM, windows=windows, runs=runs,
-        elapsed_s=time.monotonic() - started,
+        elapsed_s=time.monotonic() - started, commands=next_commands(settings),
     )
     paths.summary.write_text(summary.to_json_text())
     return summary

@@ -72,6 +72,8 @@ class DemoSummary:
     runs: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     moves: int = 0  # key range moves between partitions (a MUTABLE_KEY_RANGE stream; no splits or merges there)
+    # what to run next, as printed: each reads this demo's store (`spanner-cdc up` / `make up` last: it serves until Ctrl-C)
+    commands: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -100,7 +102,8 @@ class DemoSummary:
         states = ", ".join(f"{count} {state}" for state, count in sorted(self.partitions.items()))
         reshapes = f"{self.moves} key range moves" if self.moves else f"{self.splits} splits, {self.merges} merges"
         lines.append(f"Partitions: {sum(self.partitions.values())} ({states}); {reshapes}")
-        lines.append(f"Lineage (spanner-cdc lineage show --stream {self.stream}):")
+        show = next((c for c in self.commands if " lineage show " in c), f"spanner-cdc lineage show --stream {self.stream}")
+        lines.append(f"Lineage ({show}):")
         lines += ["  " + line for line in self.lineage_text.rstrip("\n").splitlines()]
         verdict = "match" if self.landed == self.written and not (self.missing or self.unexpected) else "MISMATCH"
         lines.append(
@@ -113,7 +116,10 @@ class DemoSummary:
             )
         lines.append(f"Parquet files: {self.files} under {self.lake} (markers in {self.lake}/_windows)")
         lines += [f"Note: {note}" for note in self.notes]
-        lines.append("Open the Airflow UI on this stack: make up   (then http://127.0.0.1:8080)")
+        if self.commands:
+            lines.append("Look around (each command reads this demo's store):")
+            lines += [f"  {c}" for c in self.commands[:-1]]
+            lines.append(f"  {self.commands[-1]}   (the Airflow UI on this stack: http://127.0.0.1:8080)")
         lines.append(f"Result: {'OK' if self.ok else 'NOT OK'} in {self.elapsed_s:.0f} s")
         return "\n".join(lines) + "\n"
 
@@ -171,6 +177,7 @@ def summarize(
     windows: Sequence[tuple[dt.datetime, dt.datetime]],
     runs: Sequence[dict[str, Any]],
     elapsed_s: float,
+    commands: Sequence[str] = (),
 ) -> DemoSummary:
     """Everything from its source: the store for windows and lineage, the Parquet files for rows (under
     `lake_root`, a local path or a bucket)."""
@@ -220,4 +227,5 @@ def summarize(
         runs=run_rows,
         notes=notes,
         moves=len(graph.moves),
+        commands=list(commands),
     )

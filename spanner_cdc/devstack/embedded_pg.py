@@ -78,6 +78,11 @@ class EmbeddedPostgres:
                 cur.execute(statement)
         return self.url(name)
 
+    def has_database(self, name: str) -> bool:
+        with self._admin() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            return cur.fetchone() is not None
+
     def drop_database(self, name: str) -> None:
         from psycopg2 import sql
 
@@ -259,7 +264,10 @@ def ensure_running(data_dir: Path, *, password: str | None = None, socket_dir: P
     return EmbeddedPostgres(data_dir, port, password, socket_dir, started=True)
 
 
-def metadata_url(home: Path, configured: str | None, database: str = "spanner_cdc") -> str:
+DEV_DATABASE = "spanner_cdc"  # the dev stack's store: what the CLI reads without SPANNER_CDC_METADATA_URL, and the demo writes
+
+
+def metadata_url(home: Path, configured: str | None, database: str = DEV_DATABASE) -> str:
     """The dev stack's metadata store URL: the configured one, else a database on the embedded server under `home`.
 
     Only the dev stack (the CLI on a laptop, `make demo`, `make up`) may call this: anywhere else a

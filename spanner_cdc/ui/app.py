@@ -15,7 +15,15 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 
 from spanner_cdc.errors import NotFound, SpannerCdcError, StoreError
 from spanner_cdc.ui import links, metrics, pages
-from spanner_cdc.ui.health import freshness_seconds, headroom, lag_seconds, parent_map, splits_and_merges, stuck
+from spanner_cdc.ui.health import (
+    freshness,
+    freshness_seconds,
+    headroom,
+    lag_seconds,
+    parent_map,
+    splits_and_merges,
+    stuck,
+)
 from spanner_cdc.ui.secrets import Redactor
 from spanner_cdc.ui.view import StoreLike, StreamView, load_lineages, load_stream
 
@@ -66,6 +74,7 @@ def stream_json(view: StreamView, now: datetime, headroom_warning: float = metri
         "moves": [{"source": s, "destination": d, "at": at.isoformat()} for s, d, at in view.moves],
         "stuck": _jsonable(stuck(view, now)),
         "freshness_seconds": freshness_seconds(view, now),
+        "freshness": None if (fresh := freshness(view, now)) is None else fresh.verdict,
         "retention_headroom": _jsonable(headroom(view, now, headroom_warning)),
         "generated_at": now.isoformat(),
     }

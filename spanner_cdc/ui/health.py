@@ -58,6 +58,32 @@ def freshness_seconds(view: StreamView, now: datetime) -> float | None:
 
 
 @dataclass(frozen=True)
+class Freshness:
+    """The live lineage's freshness against its schedule: `late` once the newest complete window ended more than two
+    windows ago (the window after it has ended and had a whole window's time to close)."""
+
+    seconds: float
+    schedule_seconds: float
+
+    @property
+    def late(self) -> bool:
+        return self.seconds > 2 * self.schedule_seconds
+
+    @property
+    def verdict(self) -> str:
+        return "late" if self.late else "ok"
+
+
+def freshness(view: StreamView, now: datetime) -> Freshness | None:
+    """None before a window closes, and for a backfill (its range is in the past: no schedule to keep up with)."""
+    fresh = freshness_seconds(view, now)
+    newest = view.newest_window
+    if fresh is None or newest is None or view.lineage.namespace != LIVE_NAMESPACE:
+        return None
+    return Freshness(fresh, (newest.end - newest.start).total_seconds())
+
+
+@dataclass(frozen=True)
 class Headroom:
     """How long the lineage may stay where it is before its oldest unread change leaves the stream's retention.
 

@@ -10,7 +10,7 @@ from urllib.parse import quote, urlencode
 
 from spanner_cdc.times import display_time, human_duration
 from spanner_cdc.ui import tables
-from spanner_cdc.ui.health import StuckPartition, freshness_seconds, headroom, state_counts, stuck
+from spanner_cdc.ui.health import StuckPartition, freshness, freshness_seconds, headroom, state_counts, stuck
 from spanner_cdc.ui.metrics import DEFAULT_HEADROOM_WARNING
 from spanner_cdc.ui.svg import STATE_COLOURS, legend_svg, render_lineage_svg
 from spanner_cdc.ui.view import StreamView
@@ -25,7 +25,8 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px}
 .card{border:1px solid #d0d7de;border-radius:8px;padding:8px 12px;min-width:120px}
 .card b{display:block;font-size:18px} .muted{color:#6b7785;font-size:12px}
 .first-screen{display:flex;gap:24px;flex-wrap:wrap} .first-screen h2{margin-top:12px}
-.graph{overflow:auto;border:1px solid #d0d7de;border-radius:8px;padding:6px;background:#fbfcfd}
+.graph{overflow:auto;border:1px solid #d0d7de;border-radius:8px;padding:6px;background:#fbfcfd;direction:rtl}
+.graph>svg{direction:ltr}
 .state{padding:1px 6px;border-radius:4px} .ok{color:#1b5e20;font-weight:600} .bad{color:#b71c1c;font-weight:600}
 .error{white-space:pre-wrap;max-width:520px}
 .warning{border:1px solid #e0a100;background:#fff6d6;border-radius:8px;padding:8px 12px;margin:10px 0;max-width:1100px}
@@ -65,7 +66,7 @@ def render_index(
             f'<tr data-stream="{_e(ln.stream)}" data-namespace="{_e(ln.namespace)}">'
             f'<td><a href="{_e(stream_href(base, ln.stream, ln.namespace))}">{_e(ln.stream)}</a></td>'
             f"<td>{_e(ln.namespace)}</td><td>{_e(ln.database) or '—'}</td><td>{_e(counts)}</td>"
-            f"<td class=num>{human_duration(lag, '—')}</td><td class=num>{human_duration(freshness_seconds(view, now), '—')}</td>"
+            f"<td class=num>{human_duration(lag, '—')}</td>{_freshness_cell(view, now)}"
             f'<td class="{room_class}">{room_cell}</td><td class=num>{view.windows_complete} / {view.windows_total}</td>'
             f'<td class="num {"bad" if stuck_count else "ok"}">{stuck_count}</td></tr>'
         )
@@ -82,6 +83,14 @@ def render_index(
         f"shown at {display_time(now, precise=False)}</p>{table}"
     )
     return _page("Spanner CDC", body)
+
+
+def _freshness_cell(view: StreamView, now: datetime) -> str:
+    fresh = freshness(view, now)
+    if fresh is None:
+        return f"<td class=num>{human_duration(freshness_seconds(view, now), '—')}</td>"
+    return (f'<td class="num {"bad" if fresh.late else "ok"}" data-freshness="{fresh.verdict}">'
+            f"{fresh.verdict} · {human_duration(fresh.seconds)}</td>")
 
 
 def headroom_band(view: StreamView, now: datetime, warning_share: float) -> str:
@@ -112,13 +121,21 @@ def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime
     counts = " · ".join(f"{n} {s.lower()}" for s, n in state_counts(view).items() if n)
     cards = [
         ("partitions", str(len(view.partitions) + view.folded_partitions), counts or "none"),  # folded: still counted
-        ("low watermark", human_duration(lag, '—') + " ago" if lag is not None else "—", display_time(view.low_watermark)),
+        ("low watermark", human_duration(lag, '—') + " ago" if lag is not None else "—",
+         f"checkpoint every partition has passed: {display_time(view.low_watermark)}"),
         ("windows complete", f"{view.windows_complete} / {view.windows_total}",
          f"newest {display_time(newest.start)} → {display_time(newest.end)}" if newest else "no window yet"),
         ("stuck", str(len({s.token for s in stuck_list})), "see the stuck list" if stuck_list else "nothing stuck"),
     ]
-    fresh = freshness_seconds(view, now)
-    cards.append(("freshness", human_duration(fresh, "—"), "since the end of the newest complete window"))
+    fresh = freshness(view, now)
+    if fresh is None:
+        cards.append(("freshness", human_duration(freshness_seconds(view, now), "—"), "since the end of the newest complete window"))
+    else:
+        cards.append((
+            "freshness", f"{fresh.verdict} · {human_duration(fresh.seconds)}",
+            f"since the end of the newest complete window; late past two {human_duration(fresh.schedule_seconds)} windows "
+            "of the schedule",
+        ))  # fmt: skip
     room = headroom(view, now, warning_share)
     retention = view.lineage.retention_period_s
     cards.append((
@@ -126,6 +143,8 @@ def _cards(view: StreamView, stuck_list: Sequence[StuckPartition], now: datetime
         "retention not read yet" if retention is None else f"of a {human_duration(float(retention))} retention_period",
     ))  # fmt: skip
     warn = {"retention headroom"} if room is not None and room.warning else set()
+    if fresh is not None and fresh.late:
+        warn.add("freshness")
     return '<div class="cards">' + "".join(
         f'<div class="card{" warn" if name in warn else ""}" data-card="{_e(name)}"><span class=muted>{_e(name)}</span>'
         f"<b>{_e(value)}</b><span class=muted>{_e(detail)}</span></div>"
@@ -212,8 +231,9 @@ def render_stream(
         f"<section><h2>Stuck</h2>{tables.stuck_table(stuck_list, query.stuck_page, href)}</section></div>"
         f"<h2>Live frontier</h2>{tables.frontier_table(view, query.frontier_page, href)}"
         f"<h2 id=last-verify>Last verify</h2>{tables.verify_table(view)}"
-        f'<h2 id=lineage>Lineage by time</h2><p class=muted>One column per window; finished partitions of older '
-        f"windows are folded into a box at the top of their column (follow it to draw them).</p>"
+        f'<h2 id=lineage>Lineage by time</h2><p class=muted>One column per window, the newest (the live frontier) at the '
+        f"right, where the graph opens; finished partitions of older windows are folded into a box at the top of their "
+        f"column (follow it to draw them).</p>"
         f"{legend_svg()}<div class=graph>{graph}</div>"
         f"<h2>Windows</h2>{tables.windows_table(view, query.windows_page, href)}"
         f"<h2 id=all-partitions>Partitions</h2>{_search_form(query, ln.namespace)}"

@@ -53,16 +53,16 @@ def _node(p: PartitionView, x: int, y: int, tags: list[str], is_stuck: bool) -> 
     fill, ink = STATE_COLOURS.get(p.state, UNKNOWN_COLOUR)
     border = ' stroke="#c62828" stroke-width="3" stroke-dasharray="6 3"' if is_stuck else ' stroke="#37474f"'
     classes = " ".join(["node", f"state-{p.state}", *tags, *(["stuck"] if is_stuck else [])])
-    tooltip = f"{p.token}\nstate {p.state}\nstart {p.start}\nwatermark {p.watermark}\nattempts {p.attempts}"
+    tooltip = f"{p.token}\nstate {p.state.lower()}\nstart {p.start}\ncheckpoint (watermark) {p.watermark}\nattempts {p.attempts}"
     return (
         f'<g class="{classes}" data-token="{_attr(p.token)}" data-state="{_attr(p.state)}" '
         f'transform="translate({x},{y})"><title>{escape(tooltip)}</title>'
         f'<rect width="{NODE_WIDTH}" height="{NODE_HEIGHT}" rx="8" fill="{fill}"{border}/>'
         f'<text x="10" y="20" fill="{ink}" font-family="monospace" font-size="13" font-weight="bold">'
         f"{escape(short_token(p.token))}</text>"
-        f'<text x="10" y="38" fill="{ink}" font-family="sans-serif" font-size="12">{escape(p.state)}'
+        f'<text x="10" y="38" fill="{ink}" font-family="sans-serif" font-size="12">{escape(p.state.lower())}'
         f"{escape(' · ' + ' + '.join(tags)) if tags else ''}</text>"
-        f'<text x="10" y="55" fill="{ink}" font-family="sans-serif" font-size="11">wm {_time(p.watermark)}</text>'
+        f'<text x="10" y="55" fill="{ink}" font-family="sans-serif" font-size="11">checkpoint {_time(p.watermark)}</text>'
         "</g>"
     )
 

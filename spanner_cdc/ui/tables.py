@@ -40,7 +40,7 @@ def token_html(token: str) -> str:
 
 def state_badge(state: str) -> str:
     fill, ink = STATE_COLOURS.get(state, ("#fff", "#000"))
-    return f'<span class="state" style="background:{fill};color:{ink}">{_e(state)}</span>'
+    return f'<span class="state" style="background:{fill};color:{ink}">{_e(state.lower())}</span>'
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def open_windows_table(view: StreamView) -> str:
         return "<p id=open-windows class=ok>No open window: every window is complete.</p>"
     rows = "".join(
         f'<tr data-open-window="{_e(w.start.isoformat())}"><td>{display_time(w.start)}</td><td>{display_time(w.end)}</td>'
-        f"<td>{_e(w.state)}</td><td>{display_time(w.opened_at, precise=False)}</td></tr>"
+        f"<td>{_e(w.state.lower())}</td><td>{display_time(w.opened_at, precise=False)}</td></tr>"
         for w in open_ones
     )
     return f"<table id=open-windows><tr><th>start</th><th>end</th><th>state</th><th>opened</th></tr>{rows}</table>"
@@ -137,7 +137,7 @@ def frontier_table(view: StreamView, requested: int, href: Href) -> str:
         for p, lag in page.slice(rows_all)
     )
     table = (
-        "<table id=frontier><tr><th>token</th><th>state</th><th>watermark</th><th>lag behind newest window</th>"
+        "<table id=frontier><tr><th>token</th><th>state</th><th>checkpoint (watermark)</th><th>lag behind newest window</th>"
         f"<th>attempts</th><th>lease</th></tr>{rows}</table>"
     )
     return table + pager(page, "frontier_page", href, "live partitions")
@@ -148,9 +148,14 @@ def _lease(p: PartitionView) -> str:
 
 
 def _check_cell(window: WindowView) -> str:
+    """The transaction check as a verdict (ok / failed), its figures one click away."""
     verdict = window.check_passed
+    if not window.transaction_check:
+        return '<span class=muted data-check="None">—</span>'
     css = "muted" if verdict is None else "ok" if verdict else "bad"
-    return f'<span class="{css}" data-check="{_e(verdict)}">{_e(window.check_text)}</span>'
+    word = "checked" if verdict is None else "ok" if verdict else "failed"
+    return (f'<details class=check data-check="{_e(verdict)}"><summary class="{css}">{word}</summary>'
+            f"<span class=muted>{_e(window.check_text)}</span></details>")
 
 
 def windows_table(view: StreamView, requested: int, href: Href) -> str:
@@ -160,7 +165,7 @@ def windows_table(view: StreamView, requested: int, href: Href) -> str:
     page = page_of(newest_first, requested, WINDOWS_PAGE)
     rows = "".join(
         f'<tr data-window-start="{_e(w.start.isoformat())}" data-complete="{str(w.complete).lower()}">'
-        f"<td>{display_time(w.start)}</td><td>{display_time(w.end)}</td><td>{_e(w.state)}</td>"
+        f"<td>{display_time(w.start)}</td><td>{display_time(w.end)}</td><td>{_e(w.state.lower())}</td>"
         f'<td class="{"ok" if w.complete else "bad"}">{"complete" if w.complete else "open"}</td>'
         f"<td class=num>{_e(w.records) or '—'}</td><td class=num>{_e(w.files) or '—'}</td>"
         f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td></tr>"
@@ -244,7 +249,7 @@ def partitions_table(view: StreamView, requested: int, href: Href, query: str = 
         )
     found = f"<p class=muted>{page.total} partition{'s' if page.total != 1 else ''} match.</p>" if query or state else ""
     table = (
-        "<table id=partitions><tr><th>token</th><th>state</th><th>start</th><th>end</th><th>watermark</th>"
+        "<table id=partitions><tr><th>token</th><th>state</th><th>start</th><th>end</th><th>checkpoint (watermark)</th>"
         "<th>lag behind newest window</th><th>attempts</th><th>lease</th><th>parents</th><th>last error</th></tr>"
         + "".join(rows) + "</table>"
     )

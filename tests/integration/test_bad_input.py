@@ -50,6 +50,10 @@ class Case:
     exit_code: int = 2
     # a window after the stream was created, which a run without the up-front check would extract
     live_window: bool = False
+    # a window that ends an hour from now, which a change stream query would wait for without a word
+    future_window: bool = False
+    # bound of the run: a case that used to hang has a short one
+    timeout: float = 180
 
 
 def extract(*flags: str) -> list[str]:
@@ -98,7 +102,20 @@ CASES: dict[str, Any] = {
     "Postgres on a closed port": Case(extract("--metadata-url", f"postgresql://cdc:{SECRET}@127.0.0.1:{closed_port()}/cdc"),
                                       "metadata store", "", exit_code=1),
     "Spanner emulator host on a closed port": Case(extract(), "cannot reach Spanner", "SPANNER_EMULATOR_HOST",
-                                                   env={"SPANNER_EMULATOR_HOST": f"127.0.0.1:{closed_port()}"}, exit_code=1),
+                                                   env={"SPANNER_EMULATOR_HOST": f"127.0.0.1:{closed_port()}"}, exit_code=1,
+                                                   timeout=15),
+    "Spanner emulator host that does not resolve": Case(extract(), "SPANNER_EMULATOR_HOST=no-such-host.invalid:9010",
+                                                        "cannot reach Spanner",
+                                                        env={"SPANNER_EMULATOR_HOST": "no-such-host.invalid:9010"}, exit_code=1,
+                                                        timeout=15),
+    "credentials file that does not exist": Case(extract(), "GOOGLE_APPLICATION_CREDENTIALS", "an existing service account key file",
+                                                 env={"SPANNER_EMULATOR_HOST": "",
+                                                      "GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/key.json"}),
+    "Spark Connect server not listening": Case(extract("--spark-master", f"sc://127.0.0.1:{closed_port()}"),
+                                               "sc://127.0.0.1:", "cannot reach the Spark Connect server", exit_code=1,
+                                               timeout=15),
+    "window end in the future": Case(extract(), "--window-end", "is in the future", future_window=True, timeout=15),
+    "no stream given": Case(extract(), "--stream", "a change stream name", env={"SPANNER_CDC_STREAM": ""}),
     "JAVA_HOME without a java": Case(extract(), "JAVA_HOME", "Java 17 runtime", env={"JAVA_HOME": "/nonexistent/jdk"}),
     # the lake
     "output root that is a file": Case(extract(), "--output-root", "lake is a file", live_window=True),
@@ -168,13 +185,13 @@ def place_for(name: str, tmp: Path) -> Place:
     return Place(tmp / "lake", tmp)
 
 
-def run(argv: list[str], env: dict[str, str], place: Place) -> subprocess.CompletedProcess[str]:
+def run(argv: list[str], env: dict[str, str], place: Place, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     as_user: list[str] = []
     if place.user is not None:
         if shutil.which("setpriv") is None:
             pytest.skip("running as root without setpriv (util-linux) to run the CLI as another user")
         as_user = ["setpriv", f"--reuid={place.user}", f"--regid={place.user}", "--clear-groups"]
-    return subprocess.run([*as_user, CLI, *argv], env=env, cwd=place.cwd, capture_output=True, text=True, timeout=180)
+    return subprocess.run([*as_user, CLI, *argv], env=env, cwd=place.cwd, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
@@ -200,11 +217,15 @@ def test_a_bad_input_gets_one_line_and_changes_nothing(
         lake_before, rows_before = files_under(place.output_root), row_counts(secret_url)
 
         argv = case.argv
-        if case.live_window:
-            start = datetime.now(UTC)
-            argv = [*argv[:1], "--window-start", start.isoformat(), "--window-end", (start + timedelta(seconds=10)).isoformat(),
+        if case.live_window:  # after the stream's creation, and ended (a future end is refused on its own)
+            end = datetime.now(UTC)
+            argv = [*argv[:1], "--window-start", (end - timedelta(seconds=1)).isoformat(), "--window-end", end.isoformat(),
                     *argv[len(WINDOW) + 1:]]  # fmt: skip
-        result = run(argv, env, place)
+        if case.future_window:
+            start = datetime.now(UTC)
+            argv = [*argv[:1], "--window-start", start.isoformat(), "--window-end", (start + timedelta(hours=1)).isoformat(),
+                    *argv[len(WINDOW) + 1:]]  # fmt: skip
+        result = run(argv, env, place, timeout=case.timeout)
 
         lines = result.stderr.splitlines()
         assert len(lines) == 1, result.stderr
@@ -309,3 +330,35 @@ def test_the_backfill_form_refuses_bad_values_before_reading_anything(
     assert "\n" not in str(refused.value) and SECRET not in str(refused.value)
     assert row_counts(secret_url) == rows_before
     assert not (tmp_path / "lake").exists()
+
+
+def test_a_bad_window_or_a_missing_stream_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """No metadata URL (the CLI on a laptop): the refusal comes before the embedded Postgres or a JVM starts, and is the
+    only line on stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR"))}
+    home = tmp_path / "home"
+    cases = {
+        "--stream": ["extract", *WINDOW, "--home", str(home)],
+        "must be after --window-start": ["extract", "--stream", STREAM, "--home", str(home),
+                                         "--window-start", "2024-05-01T11:00:00Z", "--window-end", "2024-05-01T10:00:00Z"],
+    }  # fmt: skip
+    for words, argv in cases.items():
+        result = subprocess.run([CLI, *argv], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and words in result.stderr, result.stderr
+        assert not (home / "postgres").exists(), "the embedded Postgres was started before the refusal"
+
+
+@pytest.mark.timeout(60)
+def test_up_on_a_taken_port_names_the_port(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "AIRFLOW"))}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([CLI, "up", "--port", str(port), "--home", str(tmp_path / "home")], env=env,
+                                capture_output=True, text=True, timeout=50)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"spanner-cdc: error: --port {port}: 127.0.0.1:{port} is taken (Address already in use); "
+                                          "stop what listens there or give another --port"]  # fmt: skip
+    assert not (tmp_path / "home" / "postgres").exists()

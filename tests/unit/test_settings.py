@@ -256,3 +256,10 @@ def test_a_subprocess_gets_no_text_none_for_an_unset_setting(monkeypatch: pytest
     given = Settings(stream="Orders", metadata_url="postgresql://u@h/db", emulator_host="localhost:9010")
     child = load_settings({}, env=subprocess_env(given))
     assert (child.stream, child.metadata_url, child.emulator_host) == ("Orders", "postgresql://u@h/db", "localhost:9010")
+
+
+def test_the_default_lake_is_the_homes_not_the_working_directorys() -> None:
+    assert load_settings({}, env={}).output_root == Path(".local/lake")
+    assert load_settings({"home": "/srv/cdc"}, env={}).output_root == Path("/srv/cdc/lake")
+    assert load_settings({}, env={"SPANNER_CDC_HOME": "/srv/cdc"}).output_root == Path("/srv/cdc/lake")
+    assert load_settings({"home": "/srv/cdc", "output_root": "/data/lake"}, env={}).output_root == Path("/data/lake")

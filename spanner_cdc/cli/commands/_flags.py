@@ -22,6 +22,14 @@ def add_metadata_url_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metadata-url", help=METADATA_URL_HELP)
 
 
+def add_home_flag(parser: argparse.ArgumentParser) -> None:
+    """--home: where the embedded services keep their data (the dev stack's store when no --metadata-url is set)."""
+    parser.add_argument(
+        "--home", help="where the embedded services keep their data; without a metadata URL, the store is the embedded "
+        "Postgres there (SPANNER_CDC_HOME, default .local)",
+    )
+
+
 def any_case(choices: tuple[str, ...]) -> Callable[[str], str]:
     """A flag's value in any case becomes its choice's spelling, as SPANNER_CDC_* values do."""
 

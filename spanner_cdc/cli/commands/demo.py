@@ -85,9 +85,11 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    from spanner_cdc.cli.commands._preflight import check_port_free
     from spanner_cdc.devstack.demo import up
     from spanner_cdc.settings import load_settings
 
+    check_port_free(args.port)
     return up(load_settings({"home": args.home}), port=args.port)
 
 

@@ -7,10 +7,12 @@ import dataclasses
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TextIO
 
 from spanner_cdc.cli.commands._flags import (
     add_dialect_flag,
+    add_home_flag,
     add_metadata_url_flag,
     add_spanner_flags,
     add_tuning_flags,
@@ -50,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--spark-master", help="local[*], spark://host:port or sc://host:port (SPANNER_CDC_SPARK_MASTER)")
     parser.add_argument("--concurrency", type=int_or_text, help="Spark jobs run at once, 1..256 (default 4): a wave's tokens go in that many groups, a job each")
     add_metadata_url_flag(parser)
+    add_home_flag(parser)
     parser.add_argument(
         "--read-method", choices=READ_METHODS, default=READ_METHODS[0], help="read_method column (backfills: the second)"
     )
@@ -57,6 +60,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--current-state", action="store_true", help="once the window is complete, write each table's current state as of "
         "its end under current/ (the previous state plus this window; SPANNER_CDC_CURRENT_STATE_KEEP states kept, default 24)"
+    )  # fmt: skip
+    parser.add_argument(
+        "--wait", action="store_true", help="a --window-end still in the future (by Spanner's clock) is waited for, with a "
+        "line on stderr every 10 s; without it such a window is refused, naming the time it can be extracted",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the window summary as JSON on stdout")
     add_tuning_flags(parser)
@@ -119,6 +126,7 @@ def describe(summary: WindowSummary) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from spanner_cdc.cli.commands._preflight import check_services, check_window, require_stream, wait_for_window_end
     from spanner_cdc.cli.commands.read import parse_timestamp
     from spanner_cdc.devstack.embedded_pg import with_dev_store
     from spanner_cdc.lake.layout import check_output_root
@@ -129,9 +137,17 @@ def handle(args: argparse.Namespace) -> int:
     settings = resolve_settings(args)
     start = parse_timestamp(args.window_start, "--window-start")
     end = parse_timestamp(args.window_end, "--window-end")
-    # what the run needs locally, before it touches the store or starts a JVM
+    # flags, settings and the window, then what the run needs locally and the services it will reach: all before
+    # it touches the store or starts a JVM
+    require_stream(settings)
+    check_window(start, end)
     check_output_root(settings.output_root)
     check_java(settings.spark_master)
+    check_services(settings)
+    if end > datetime.now(UTC):  # by this machine's clock: only then is Spanner's asked (a window's end it must have passed)
+        from spanner_cdc.source.client import open_database
+
+        wait_for_window_end(open_database(settings), end, wait=args.wait, out=sys.stderr)
     settings = with_dev_store(settings)  # the CLI on a laptop: the embedded store when none is configured
     progress = ProgressLine(sys.stderr) if sys.stderr.isatty() and not args.debug else None
     if progress is not None:

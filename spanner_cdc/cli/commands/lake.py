@@ -9,7 +9,7 @@ import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.cli.commands._flags import add_metadata_url_flag
+from spanner_cdc.cli.commands._flags import add_home_flag, add_metadata_url_flag
 
 if TYPE_CHECKING:
     from spanner_cdc.settings import Settings
@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     show.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     add_metadata_url_flag(show)
+    add_home_flag(show)
     show.set_defaults(func=run_show)
     maintain = actions.add_parser(
         "maintain",
@@ -65,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     maintain.add_argument("--lineage-retention", help="fold the store's rows of windows closed longer ago than this, such as 30d (SPANNER_CDC_LINEAGE_RETENTION, default 30d)")
     maintain.add_argument("--json", action="store_true", help="print what was done as JSON")
     add_metadata_url_flag(maintain)
+    add_home_flag(maintain)
     maintain.set_defaults(func=run_maintain)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spanner_cdc.cli.commands._flags import add_metadata_url_flag
+from spanner_cdc.cli.commands._flags import add_home_flag, add_metadata_url_flag
 
 ORDER = 60
 FORMATS = ("text", "json", "dot")
@@ -26,9 +26,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("--namespace", help="lineage namespace: live, or a backfill run's (default: live)")
     show.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     add_metadata_url_flag(show)
+    add_home_flag(show)
     show.set_defaults(func=run_show)
     listing = actions.add_parser("list", help="list the lineages in the metadata store")
     add_metadata_url_flag(listing)
+    add_home_flag(listing)
     listing.set_defaults(func=run_list)
 
 

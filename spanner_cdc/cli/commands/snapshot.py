@@ -7,7 +7,13 @@ import argparse
 import json
 import logging
 
-from spanner_cdc.cli.commands._flags import add_dialect_flag, add_metadata_url_flag, add_spanner_flags, int_or_text
+from spanner_cdc.cli.commands._flags import (
+    add_dialect_flag,
+    add_home_flag,
+    add_metadata_url_flag,
+    add_spanner_flags,
+    int_or_text,
+)
 
 ORDER = 41
 
@@ -34,11 +40,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--spark-master", help="local[*], spark://host:port or sc://host:port (SPANNER_CDC_SPARK_MASTER)")
     parser.add_argument("--concurrency", type=int_or_text, help="partitions asked per table, 1..256 (default 4; at least 2)")
     add_metadata_url_flag(parser)
+    add_home_flag(parser)
     parser.add_argument("--json", action="store_true", help="print the snapshot's summary as JSON on stdout (`at` is T0)")
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    from spanner_cdc.cli.commands._preflight import check_services, require_stream
     from spanner_cdc.cli.commands.extract import resolve_settings
     from spanner_cdc.cli.commands.read import parse_timestamp
     from spanner_cdc.devstack.embedded_pg import with_dev_store
@@ -50,8 +58,10 @@ def handle(args: argparse.Namespace) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     settings = resolve_settings(args)
     at = parse_timestamp(args.at, "--at") if args.at else None
+    require_stream(settings)
     check_output_root(settings.output_root)
     check_java(settings.spark_master)
+    check_services(settings)
     settings = with_dev_store(settings)
     try:
         summary = run_snapshot(settings, at=at)

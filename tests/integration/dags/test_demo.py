@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections import Counter
@@ -36,10 +37,24 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         state = json.loads((home / "demo" / "demo.json").read_text()) if (home / "demo" / "demo.json").exists() else {}
         # the demo stopped the Postgres it started; started again, on the same port, it holds the demo's store
         left_running = embedded_pg.running(home / "postgres") is not None
+        printed = json.loads(result.stdout).get("commands", []) if result.returncode == 0 else []
+        commands = {command: _run_printed(command, env) for command in printed}
         store_view = _store_view(embedded_pg.ensure_running(home / "postgres").url(LINEAGE_DATABASE)) if state else {}
     finally:
         EmbeddedPostgres(home / "postgres", 0).stop()
-    return {"result": result, "home": home, "state": state, "store": store_view, "left_running": left_running}
+    return {"result": result, "home": home, "state": state, "store": store_view, "left_running": left_running,
+            "commands": commands}
+
+
+def _run_printed(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str] | None:
+    """A command of the summary, as printed (`spanner-cdc` as this interpreter's module); None for the one that serves
+    until Ctrl-C (`make up` / `spanner-cdc up`)."""
+    words = shlex.split(command)
+    if words[:2] == ["make", "up"] or words[1:2] == ["up"]:
+        return None
+    assert words[0] == "spanner-cdc", command
+    return subprocess.run([sys.executable, "-m", "spanner_cdc", *words[1:]], env=env, capture_output=True, text=True,
+                          timeout=300)
 
 
 def _store_view(url: str) -> dict[str, Any]:
@@ -96,6 +111,10 @@ def test_the_demo_ends_with_a_summary_whose_numbers_are_true(demo_run: dict[str,
     assert summary["written"] == summary["landed"] > 0
     assert summary["missing"] == summary["unexpected"] == summary["duplicate_uuids"] == 0
 
+    # Airflow shows each run as long as it took, not from its (past) logical date: under an hour, not hours
+    durations = json.loads((home / "demo" / "logs" / "airflow.result.json").read_text())
+    assert all(run["airflow_seconds"] is not None and 0 < run["airflow_seconds"] < 3600 for run in durations), durations
+
 
 
 def test_the_demo_stops_the_postgres_it_started(demo_run: dict[str, Any]) -> None:
@@ -103,3 +122,24 @@ def test_the_demo_stops_the_postgres_it_started(demo_run: dict[str, Any]) -> Non
     assert demo_run["left_running"] is False
     # started again (as `make up` does), it listens where the demo's state says and holds its store
     assert demo_run["state"]["lineage_url"].endswith(f"/{LINEAGE_DATABASE}") and demo_run["store"]["windows"]
+
+
+def test_every_command_the_summary_prints_reads_the_demo(demo_run: dict[str, Any]) -> None:
+    """The commands run as printed (with the demo's --home, no metadata URL): they find the demo's store."""
+    assert demo_run["result"].returncode == 0, demo_run["result"].stderr[-3000:]
+    commands = demo_run["commands"]
+    home = str(demo_run["home"])
+    assert [c.split(" --")[0] for c in commands] == [
+        "spanner-cdc lineage list", "spanner-cdc lineage show", "spanner-cdc lake show", "spanner-cdc up"]
+    assert all(f"--home {home}" in c for c in commands)
+    ran = {c: r for c, r in commands.items() if r is not None}
+    for command, result in ran.items():
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+    listing, show, lake = (ran[c].stdout for c in list(commands)[:3])
+    assert listing.startswith("demo_stream/live\tid ") and "low watermark 20" in listing, listing
+    # the lineage the summary showed (its lag figures move with the clock): the same tree, line for line
+    summary_tree = json.loads(demo_run["result"].stdout)["lineage_text"].splitlines()
+    assert len(show.splitlines()) == len(summary_tree) > 1, show
+    assert "FINISHED" in show, show
+    # the change log's Iceberg table with a snapshot per window of the history at least
+    assert "table live.demo_stream" in lake and lake.count("[20") >= HOURS, lake

@@ -66,7 +66,11 @@ def test_lineage_page_in_a_browser(airflow_ui_server: AirflowServer, browser: An
     complete = browser.find_elements(By.CSS_SELECTOR, '#windows tr[data-complete="true"]')
     assert len(complete) == 2
     assert "complete" in complete[0].text and "120" in browser.find_element(By.ID, "windows").text
-    assert "ok=True" in complete[0].text
+    # the transaction check as a verdict, its figures behind a click
+    check = complete[0].find_element(By.CSS_SELECTOR, "details.check")
+    assert check.find_element(By.TAG_NAME, "summary").text == "ok" and "ok=True" not in check.text
+    check.find_element(By.TAG_NAME, "summary").click()
+    assert "ok=True" in check.text
     assert browser.find_element(By.CSS_SELECTOR, '[data-card="windows complete"] b').text == "2 / 3"
     assert "Nothing stuck." in browser.find_element(By.ID, "stuck").text
     assert STORE_PASSWORD not in browser.page_source

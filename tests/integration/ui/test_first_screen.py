@@ -81,3 +81,14 @@ def test_the_first_screen_of_ten_thousand_partitions(page_html: str, browser: An
     assert copied == token
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "ui-first-screen-10k.png").write_bytes(browser.get_screenshot_as_png())
+
+    # the lineage graph opens on its newest column, the live frontier, however wide its history
+    graph_opens_at = browser.execute_script(
+        "const box = document.querySelector('.graph'); box.scrollIntoView(); const g = box.getBoundingClientRect();"
+        "const cols = [...box.querySelectorAll('g.window-column')].map(c => [c.dataset.windowStart, c.getBoundingClientRect()]);"
+        "cols.sort((a, b) => a[0] < b[0] ? -1 : 1); const newest = cols[cols.length - 1][1], oldest = cols[0][1];"
+        "return {overflows: box.scrollWidth > box.clientWidth, newest: newest.left >= g.left && newest.right <= g.right + 1,"
+        " oldest: oldest.right <= g.left};"
+    )  # fmt: skip
+    assert graph_opens_at == {"overflows": True, "newest": True, "oldest": True}
+    (ARTIFACTS / "ui-graph-opens-newest-10k.png").write_bytes(browser.get_screenshot_as_png())

@@ -179,3 +179,12 @@ def test_stream_page_shows_the_last_verify_with_its_window_counts_and_first_keys
         html = client.get("/streams/orders", headers=AUTH).text
     assert 'data-mismatches="0"' in html and ">clean</td>" in html and "verify-examples" not in html
     assert "change log not compared: window left the stream&#x27;s retention" in html
+
+
+def test_the_windows_table_shows_the_transaction_check_as_a_verdict_and_states_in_one_case() -> None:
+    from spanner_cdc.ui import tables
+    from tests.unit.ui.sample import sample_view
+
+    html = tables.windows_table(sample_view(), 1, lambda _params: "#")
+    assert '<summary class="ok">ok</summary>' in html and "ok=True, transactions=40" in html
+    assert "COMPLETE" not in html and ">complete<" in html

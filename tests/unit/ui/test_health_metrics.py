@@ -12,7 +12,15 @@ import pytest
 from spanner_cdc.lineage.rules import State
 from spanner_cdc.masking import mask_url
 from spanner_cdc.names import backfill_namespace
-from spanner_cdc.ui.health import freshness_seconds, headroom, lag_seconds, splits_and_merges, state_counts, stuck
+from spanner_cdc.ui.health import (
+    freshness,
+    freshness_seconds,
+    headroom,
+    lag_seconds,
+    splits_and_merges,
+    state_counts,
+    stuck,
+)
 from spanner_cdc.ui.links import lineage_for_dag
 from spanner_cdc.ui.metrics import render_metrics
 from spanner_cdc.ui.secrets import Redactor
@@ -135,6 +143,21 @@ def test_freshness_is_the_age_of_the_newest_complete_windows_end() -> None:
     view = sample_view()
     only_open = type(view)(view.lineage, view.partitions, tuple(w for w in view.windows if not w.complete), view.low_watermark)
     assert freshness_seconds(only_open, NOW) is None
+
+
+def test_freshness_has_a_verdict_against_the_streams_hourly_schedule() -> None:
+    from spanner_cdc.ui import pages
+
+    on_time = freshness(sample_view(), NOW)
+    assert on_time is not None and (on_time.seconds, on_time.schedule_seconds, on_time.verdict) == (1800, 3600, "ok")
+    behind = freshness(sample_view(), NOW + timedelta(hours=2))  # the newest complete window ended 2.5 h ago
+    assert behind is not None and behind.verdict == "late"
+    html = pages.render_index("", [sample_view()], "store", NOW + timedelta(hours=2))
+    assert 'data-freshness="late">late · 2h30m<' in html
+    view = sample_view()
+    backfill = type(view)(dataclasses.replace(view.lineage, namespace=backfill_namespace("manual__x")), view.partitions,
+                          view.windows, view.low_watermark)  # fmt: skip
+    assert freshness(backfill, NOW) is None  # a past range keeps no schedule
 
 
 def test_headroom_is_the_retention_minus_the_low_watermarks_age_and_warns_under_the_share() -> None:
