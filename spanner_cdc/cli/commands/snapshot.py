@@ -8,6 +8,7 @@ import json
 import logging
 
 from spanner_cdc.cli.commands._flags import add_dialect_flag, add_metadata_url_flag, add_spanner_flags, int_or_text
+from spanner_cdc.cli.commands._policy_flags import add_policy_flags
 
 ORDER = 41
 
@@ -35,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--concurrency", type=int_or_text, help="partitions asked per table, 1..256 (default 4; at least 2)")
     add_metadata_url_flag(parser)
     parser.add_argument("--json", action="store_true", help="print the snapshot's summary as JSON on stdout (`at` is T0)")
+    add_policy_flags(parser)
     parser.set_defaults(func=handle)
 
 
