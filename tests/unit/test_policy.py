@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,30 @@ def test_a_hash_is_keyed_and_the_same_for_the_same_value_everywhere() -> None:
     assert PolicyApplier(parse_policy("p", RULES), b"o" * 32).hash_value("42") != one.hash_value("42")
     assert len(one.hash_value("42")) == 64 and json.dumps(one.hash_value("42"))
     assert applier_from("", "") is None and applier_from(str(Policy()), "") is None
+
+
+def test_a_window_keeps_the_policy_it_began_under_and_records_no_key(tmp_path: Path) -> None:
+    from spanner_cdc.lake.layout import LakeLayout
+    from spanner_cdc.lake.window_policy import policy_location, recorded_policy, window_policy
+
+    layout = LakeLayout(tmp_path, "s", "live")
+    start, end = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 1, tzinfo=UTC)
+    first, changed = parse_policy("p", RULES), parse_policy("p", {**RULES, "mask_columns": ["Users.Other"]})
+    assert recorded_policy(layout, start, end) is None
+    assert window_policy(layout, start, end, first) == first
+    assert window_policy(layout, start, end, changed) == first  # a change takes effect from the next window
+    assert window_policy(layout, end, end + (end - start), changed) == changed
+    text = Path(policy_location(layout, start, end)).read_text()
+    assert json.loads(text)["fingerprint"] == first.fingerprint and "k" * 32 not in text
+
+
+def test_a_stream_table_takes_a_policy_and_its_settings_carry_it() -> None:
+    from spanner_cdc.settings import Settings, load_settings
+    from spanner_cdc.stream_config import parse_stream
+
+    config = parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "policy": {"exclude_tables": ["Audit"]}})
+    assert config.policy == Policy(exclude_tables=("Audit",)) and config.settings(Settings()).policy == config.policy
+    with pytest.raises(ConfigError) as raised:
+        parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "policy": {"null_columns": ["Notes"]}})
+    assert raised.value.field == "streams.orders.policy.null_columns"
+    assert load_settings({}, env={"SPANNER_CDC_POLICY": '{"exclude_tables": ["Audit"]}'}).policy == config.policy
