@@ -279,10 +279,19 @@ class PolicyApplier:
         )
         return msgspec.structs.replace(record, mods=mods, column_types=self.column_types(table, record.column_types))
 
-    def unknown_columns(self, table: str, columns: Iterable[str]) -> list[str]:
-        """The policy's columns of `table` that `columns` (the table's own) do not hold: a typo the snapshot can name."""
-        have = set(columns)
-        return sorted(name for name in self._rules.get(table, {}) if name not in have)
+
+
+def unmatched_rules(policy: Policy, tables: Mapping[str, Iterable[str]]) -> list[str]:
+    """The column rules naming a column that a table the stream watches (`tables`: name -> its watched columns, keys
+    included) does not have: most likely a typo, under which the clear value would land. A table not watched (yet) is
+    not judged."""
+    out = []
+    for key in ("exclude_columns", "hash_columns", "mask_columns", "null_columns"):
+        for name in getattr(policy, key):
+            table, _, column = name.partition(".")
+            if table in tables and column not in set(tables[table]):
+                out.append(f"{key} names {name}, but the stream watches {table} with columns {', '.join(sorted(tables[table]))}")
+    return out
 
 
 _appliers: dict[tuple[str, bytes], PolicyApplier] = {}

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.errors import RetentionError, UsageError, setting
+from spanner_cdc.errors import ConfigError, RetentionError, UsageError, setting
 from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.inputs import layout_of, store_of, stream_of, utc_given
 from spanner_cdc.extract.planning import check_retention, root_partitions
@@ -141,6 +141,15 @@ def _read_table(settings: Settings, spark: Any, database: Any, table: WatchedTab
     return [SnapshotFile(row["table"], row["path"], int(row["rows"]), int(row["bytes"])) for row in listing]
 
 
+def _check_policy(settings: Settings, tables: list[WatchedTable]) -> None:
+    """A column rule naming no column of a watched table (a typo would land the clear value) stops the snapshot."""
+    from spanner_cdc.policy import unmatched_rules
+
+    problems = unmatched_rules(settings.policy, {t.name: (*t.keys, *t.columns) for t in tables})
+    if problems:
+        raise ConfigError("policy", problems[0], "rules that name watched columns as Table.Column (fix the name, or drop the rule)")
+
+
 def run_snapshot(settings: Settings, *, at: datetime | None = None) -> SnapshotSummary:
     """Snapshot the stream's lineage at `at` (default: now, or just before the changes it already extracts)."""
     from spanner_cdc.source.client import detect_dialect, open_database, stream_metadata
@@ -160,7 +169,9 @@ def run_snapshot(settings: Settings, *, at: datetime | None = None) -> SnapshotS
         done = store.snapshot_tables(lineage_id)
         current = store.snapshot(lineage_id)
         if current is None or not current.complete:
-            for table in watched_tables(database, stream, dialect, at):
+            tables = watched_tables(database, stream, dialect, at)
+            _check_policy(settings, tables)
+            for table in tables:
                 if table.name in done or not settings.policy.table_lands(table.name):  # a table left out lands nothing
                     continue
                 storage.remove_tree(layout.snapshot_table_location(table.name))  # what a crashed attempt left

@@ -267,6 +267,8 @@ def extract_tokens(
     # Spark, the dialect and the partition mode first: a JVM start must not eat into the leases of claimed tokens
     source = source or RunSource(settings)
     dialect, partition_mode = source.dialect, source.partition_mode(stream)
+    landing, secret = _landing_policy(settings, start, end)  # before the claims: a missing key fails the run up front
+    _warn_unmatched(settings, source, landing)
     if still_starting(settings):  # the close's Iceberg modules meanwhile: the run waits for the driver's JVM
         import_ahead(settings)
     spark = spark_session(settings)
@@ -286,7 +288,6 @@ def extract_tokens(
         if not claims:
             return []
         failpoint("after_claim")
-        landing, secret = _landing_policy(settings, start, end)
         job = ExtractJob(
             store=store,
             spark=spark,
@@ -331,6 +332,20 @@ def _landing_policy(settings: Settings, start: datetime, end: datetime) -> tuple
 
     landing = window_policy(layout_of(settings), start, end, settings.policy)
     return landing, resolve_key(landing).hex()
+
+
+def _warn_unmatched(settings: Settings, source: RunSource, landing: Policy) -> None:
+    """Each column rule that names no column of a watched table, logged (a typo would land the clear value); the
+    snapshot refuses them. Asked only of a policy with column rules: one schema read per call."""
+    if not landing.rules():
+        return
+    from spanner_cdc.policy import unmatched_rules
+    from spanner_cdc.source.snapshot_tables import watched_tables
+
+    stream = stream_of(settings)
+    tables = {t.name: (*t.keys, *t.columns) for t in watched_tables(source.database, stream, source.dialect)}
+    for problem in unmatched_rules(landing, tables):
+        log.warning("%s: landing policy %s: %s", stream, landing.fingerprint, problem)
 
 
 def _connection(settings: Settings, dialect: str, partition_mode: str) -> dict[str, Any]:

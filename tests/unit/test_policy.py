@@ -120,3 +120,12 @@ def test_a_stream_table_takes_a_policy_and_its_settings_carry_it() -> None:
         parse_stream("orders", {"start_date": "2024-03-01T00:00:00Z", "policy": {"null_columns": ["Notes"]}})
     assert raised.value.field == "streams.orders.policy.null_columns"
     assert load_settings({}, env={"SPANNER_CDC_POLICY": '{"exclude_tables": ["Audit"]}'}).policy == config.policy
+
+
+def test_a_rule_naming_no_column_of_a_watched_table_is_found() -> None:
+    from spanner_cdc.policy import unmatched_rules
+
+    policy = parse_policy("p", {"hash_columns": ["Users.Emial"], "mask_columns": ["Later.Phone"], "hash_key_env": "K"})
+    found = unmatched_rules(policy, {"Users": ("UserId", "Email")})
+    assert found == ["hash_columns names Users.Emial, but the stream watches Users with columns Email, UserId"]  # Later: not watched yet
+    assert unmatched_rules(parse_policy("p", RULES), {"Users": ("UserId", "Email", "Phone", "Birthday", "Notes")}) == []

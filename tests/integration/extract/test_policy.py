@@ -3,6 +3,7 @@ lake's bytes, the hashes joinable across windows and tables, every other value e
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import hmac
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from google.cloud import spanner
 
+from spanner_cdc.errors import ConfigError
 from spanner_cdc.extract.current_state import update_current_state
 from spanner_cdc.extract.snapshot import run_snapshot
 from spanner_cdc.extract.verify import run_verify
@@ -146,7 +148,10 @@ def test_a_policy_lands_nothing_left_out_nothing_clear_and_everything_else_exact
         b.insert("Audit", ["Id", "Detail"], [[1, "audit-clear-1"]])
     policy = parse_policy("policy", POLICY)
     settings = extract_settings(database.database_id, STREAM, policy=policy)
-    snapshot = run_snapshot(settings)
+    typo = parse_policy("policy", {**POLICY, "mask_columns": ["Customers.Phon"]})
+    with pytest.raises(ConfigError, match="Customers.Phon"):  # a misspelt column would land the clear value: refused
+        run_snapshot(dataclasses.replace(settings, policy=typo))
+    snapshot = run_snapshot(settings)  # the snapshot begun goes on, at its T0
     bounds = workload(database)
     bounds[0] = min(bounds[0], snapshot.at)
     summaries = [run_window(settings, start, end) for start, end in zip(bounds, bounds[1:], strict=False)]
