@@ -14,6 +14,7 @@ from typing import Any
 
 from spanner_cdc import names, validators
 from spanner_cdc.errors import ConfigError
+from spanner_cdc.policy import Policy, parse_policy
 from spanner_cdc.validators import (
     byte_size,
     choice,
@@ -158,6 +159,9 @@ class Settings:
         default=0.5, metadata=_meta(fraction, "the UI warns when a lineage's retention headroom falls under this share of the stream's retention_period")
     )
     streams: Mapping[str, Any] = field(default_factory=dict, metadata={"parse": None, "help": "[streams.*] tables"})
+    policy: Policy = field(
+        default=Policy(), metadata=_meta(parse_policy, "what lands: tables included or excluded, columns excluded, hashed, masked or nulled (docs/governance.md)")
+    )
 
     # ---- tuning: how an extract spends its work; read by the driver, carried to executors in their job specs
     wave_group_tokens: int = field(
@@ -263,7 +267,7 @@ TUNING_FIELDS = ("wave_group_tokens", "task_tokens", "task_threads", "check_driv
                  "current_state_keep", "state_task_memory", "state_driver_rows")  # fmt: skip
 SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
                      "namespace", "concurrency", "heartbeat_ms", "home", "target_file_size", "snapshot_retention",
-                     "orphan_min_age", "lineage_retention", *TUNING_FIELDS)  # fmt: skip
+                     "orphan_min_age", "lineage_retention", "policy", *TUNING_FIELDS)  # fmt: skip
 
 
 def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:

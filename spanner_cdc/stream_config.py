@@ -12,6 +12,7 @@ from typing import Any
 from spanner_cdc import validators
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.names import hourly_dag_id
+from spanner_cdc.policy import Policy, parse_policy
 from spanner_cdc.settings import DIALECTS, Settings, output_root
 from spanner_cdc.times import utc
 from spanner_cdc.validators import boolean, byte_size, choice, duration, fraction, identifier, int_between, text
@@ -52,6 +53,7 @@ class StreamConfig:
     deadline_minutes: int = 90  # a window not complete this long after its end misses its deadline (0: no deadline)
     deadline_notifier: str | None = None  # dotted path of an Airflow notifier (or async callable) run on a miss
     deadline_notifier_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    policy: Policy | None = None  # [streams.<name>.policy]: what lands (spanner_cdc/policy.py, docs/governance.md)
 
     @property
     def dag_id(self) -> str:
@@ -74,7 +76,7 @@ class StreamConfig:
         """`base` with this stream's values on top: per-stream values win over the global ones."""
         overrides: dict[str, Any] = {"stream": self.change_stream}
         for name in ("project", "instance", "database", "dialect", "heartbeat_ms", "output_root", "concurrency",
-                     "target_file_size", "snapshot_retention", "orphan_min_age", "lineage_retention"):  # fmt: skip
+                     "target_file_size", "snapshot_retention", "orphan_min_age", "lineage_retention", "policy"):  # fmt: skip
             value = getattr(self, name)
             if value is not None:
                 overrides[name] = value
@@ -151,6 +153,7 @@ PARSERS: dict[str, Any] = {
     "deadline_minutes": int_between(0, 10_080),
     "deadline_notifier": _dotted_path,
     "deadline_notifier_kwargs": _table,
+    "policy": parse_policy,
 }
 ACCEPTED_KEYS = ("name", *PARSERS)
 

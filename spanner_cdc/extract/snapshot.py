@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from spanner_cdc.errors import RetentionError, UsageError, setting
+from spanner_cdc.errors import ConfigError, RetentionError, UsageError, setting
 from spanner_cdc.extract.failpoints import failpoint
 from spanner_cdc.extract.inputs import layout_of, store_of, stream_of, utc_given
 from spanner_cdc.extract.planning import check_retention, root_partitions
@@ -126,6 +126,7 @@ def _begin(settings: Settings, store: MetadataStore, database: Any, meta: Any, d
 
 def _read_table(settings: Settings, spark: Any, database: Any, table: WatchedTable, at: datetime, dialect: str, capture: str) -> list[SnapshotFile]:
     """One Spark job over the table's partitions (a task each) in one read-only transaction at `at`."""
+    from spanner_cdc.policy import resolve_key
     from spanner_cdc.spark.snapshot_job import SnapshotJobSpec, run_snapshot_job
 
     batch = database.batch_snapshot(read_timestamp=at)
@@ -139,11 +140,21 @@ def _read_table(settings: Settings, spark: Any, database: Any, table: WatchedTab
             sql=sql, keys=json.dumps(list(table.keys)), ordinals=json.dumps(dict(table.ordinals)), value_capture_type=capture,
             at=at, session_id=shared["session_id"], transaction_id=base64.b64encode(shared["transaction_id"]).decode(),
             partitions=json.dumps([base64.b64encode(p["partition"]).decode() for p in parts]),
+            policy="" if settings.policy.empty else str(settings.policy), policy_secret=resolve_key(settings.policy).hex(),
         )  # fmt: skip
         listing = run_snapshot_job(spark, spec)
     finally:
         batch.close()
     return [SnapshotFile(row["table"], row["path"], int(row["rows"]), int(row["bytes"])) for row in listing]
+
+
+def _check_policy(settings: Settings, tables: list[WatchedTable]) -> None:
+    """A column rule naming no column of a watched table (a typo would land the clear value) stops the snapshot."""
+    from spanner_cdc.policy import unmatched_rules
+
+    problems = unmatched_rules(settings.policy, {t.name: (*t.keys, *t.columns) for t in tables})
+    if problems:
+        raise ConfigError("policy", problems[0], "rules that name watched columns as Table.Column (fix the name, or drop the rule)")
 
 
 def run_snapshot(settings: Settings, *, at: datetime | None = None) -> SnapshotSummary:
@@ -165,8 +176,10 @@ def run_snapshot(settings: Settings, *, at: datetime | None = None) -> SnapshotS
         done = store.snapshot_tables(lineage_id)
         current = store.snapshot(lineage_id)
         if current is None or not current.complete:
-            for table in watched_tables(database, stream, dialect, at):
-                if table.name in done:
+            tables = watched_tables(database, stream, dialect, at)
+            _check_policy(settings, tables)
+            for table in tables:
+                if table.name in done or not settings.policy.table_lands(table.name):  # a table left out lands nothing
                     continue
                 storage.remove_tree(layout.snapshot_table_location(table.name))  # what a crashed attempt left
                 files = _read_table(settings, spark_session(settings), database, table, at, dialect, meta.value_capture_type)
@@ -176,7 +189,7 @@ def run_snapshot(settings: Settings, *, at: datetime | None = None) -> SnapshotS
                 summary.read_now.append(table.name)
                 log.info("%s: snapshot of %s at %s: %d rows in %d files", stream, table.name, _z(at), sum(f.rows for f in files), len(files))
             files = store.snapshot_files(lineage_id)
-            marker = write_snapshot_marker(layout, at, files)
+            marker = write_snapshot_marker(layout, at, files, policy=settings.policy)
             failpoint("snapshot_after_marker")
             current = store.complete_snapshot(lineage_id, rows=sum(f.rows for f in files), files=len(files), marker_path=marker)
         summary.tables = store.snapshot_tables(lineage_id)

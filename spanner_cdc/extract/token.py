@@ -76,6 +76,8 @@ class ExtractJob:
     task_share: int | None = None  # task_tokens 0: how many of Spark's cores a group's job may fill (None: unknown)
     task_threads: int = Settings.task_threads
     file_bytes: int = Settings.target_file_size  # a landed file rolls to the next past this
+    policy: str = ""  # the window's landing policy as JSON text ("" for none) and its HMAC key as hex (never shown)
+    policy_secret: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.writer != "arrow" and self.layout.is_url:
@@ -152,7 +154,8 @@ def attempt_spec(job: ExtractJob, claim: Claim, read_from: datetime, read_to: da
     return TokenJobSpec(
         stream=job.stream, token=claim.token, read_from=read_from, read_to=read_to, window_start=job.window_start,
         window_end=job.window_end, read_method=job.read_method, attempt_dir=attempt_dir,
-        lake_root=job.layout.location, lineage_id=job.lineage_id, file_bytes=job.file_bytes, **job.connection,
+        lake_root=job.layout.location, lineage_id=job.lineage_id, file_bytes=job.file_bytes, policy=job.policy,
+        policy_secret=job.policy_secret, **job.connection,
     )  # fmt: skip
 
 

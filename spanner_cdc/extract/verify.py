@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
     from spanner_cdc.lake.layout import LakeLayout
+    from spanner_cdc.policy import PolicyApplier
     from spanner_cdc.settings import Settings
     from spanner_cdc.spark.verify_job import VerifyTask
     from spanner_cdc.store import MetadataStore
@@ -102,9 +103,10 @@ def run_verify(
             stream, settings.namespace, _z(window.start), _z(window.end), _z(server_now(database)), fraction, seed,
             choose_buckets(fraction, seed, BUCKETS),
         )  # fmt: skip
-        found = _verify_state(settings, layout, database, dialect, window, result)
+        policy = _window_policy(settings, layout, window)
+        found = _verify_state(settings, layout, database, dialect, window, result, policy)
         result.change_log, changes = _verify_change_log(
-            settings, store, lineage, database, dialect, meta, window, result
+            settings, store, lineage, database, dialect, meta, window, result, policy
         )
         result.examples = sorted(found, key=lambda m: (m.table, m.key))[:SHOWN] + changes
         result.examples = result.examples[:SHOWN]
@@ -114,10 +116,22 @@ def run_verify(
     return result
 
 
+def _window_policy(settings: Settings, layout: LakeLayout, window: WindowRow) -> PolicyApplier:
+    """The landing policy the window was extracted under (the stream's current one when none is recorded), with its
+    key: the source's rows go through it before they are compared with the lake's."""
+    from spanner_cdc.lake.window_policy import recorded_policy
+    from spanner_cdc.policy import PolicyApplier, resolve_key
+
+    policy = recorded_policy(layout, window.start, window.end) or settings.policy
+    return PolicyApplier(policy, resolve_key(policy))
+
+
 def _verify_state(
-    settings: Settings, layout: LakeLayout, database: Any, dialect: str, window: WindowRow, result: VerifyResult
-) -> list[Mismatch]:
-    """Each state table's snapshot of the window vs a stale read at its end - 1 us, hashed per key in Spark tasks."""
+    settings: Settings, layout: LakeLayout, database: Any, dialect: str, window: WindowRow, result: VerifyResult,
+    policy: PolicyApplier,
+) -> list[Mismatch]:  # fmt: skip
+    """Each state table's snapshot of the window vs a stale read at its end - 1 us (through the window's landing
+    policy), hashed per key in Spark tasks."""
     from spanner_cdc.extract.current_state import _load, known_tables, state_catalog
     from spanner_cdc.lake.iceberg import _dispose
     from spanner_cdc.lake.state_table import snapshot_at
@@ -145,7 +159,8 @@ def _verify_state(
             if batch is None:  # one read-only transaction at end - 1 us for every table
                 batch = database.batch_snapshot(read_timestamp=inclusive_end(window.end))
             tasks += _table_tasks(settings, catalog, handle, table, snapshot_id, dialect, batch, result.buckets)
-        compared = run_verify_job(spark_session(settings), tasks) if tasks else {}
+        landing = "" if policy.policy.empty else str(policy.policy)
+        compared = run_verify_job(spark_session(settings), tasks, landing, policy.key.hex()) if tasks else {}
     finally:
         if batch is not None:
             batch.close()
@@ -225,9 +240,10 @@ def _table_tasks(
 
 def _verify_change_log(
     settings: Settings, store: MetadataStore, lineage: Lineage, database: Any, dialect: str, meta: Any, window: WindowRow,
-    result: VerifyResult,
+    result: VerifyResult, policy: PolicyApplier,
 ) -> tuple[ChangeLogCheck, list[Mismatch]]:  # fmt: skip
-    """The window's change log vs a fresh read of the window from the change stream, by uuid (ids are deterministic)."""
+    """The window's change log vs a fresh read of the window from the change stream, by uuid (ids are deterministic),
+    the read's records through the window's landing policy (a table left out is compared as absent on both sides)."""
     from spanner_cdc.extract.snapshot import server_now
     from spanner_cdc.source.client import format_retention
 
@@ -236,7 +252,7 @@ def _verify_change_log(
         reason = (f"the window began {_z(window.start)}, before the stream's retention_period "
                   f"({format_retention(meta.retention)}) back from {_z(now)}: the change stream no longer holds it")  # fmt: skip
         return ChangeLogCheck(False, reason), []
-    source = _fresh_read(settings, database, dialect, meta, window)
+    source = _fresh_read(settings, database, dialect, meta, window, policy)
     check = ChangeLogCheck(True, source_rows=len(source))
     lake = _lake_changes(store, lineage, window, check)
     check.lake_rows, check.missing, check.extra, found = compare_changes(source, lake)
@@ -244,7 +260,7 @@ def _verify_change_log(
 
 
 def _fresh_read(
-    settings: Settings, database: Any, dialect: str, meta: Any, window: WindowRow
+    settings: Settings, database: Any, dialect: str, meta: Any, window: WindowRow, policy: PolicyApplier
 ) -> dict[str, tuple[str, str]]:
     """Every mod committed in the window, read again from every partition of the stream: uuid -> (table, keys JSON),
     through the extract's reader and envelope (so a uuid is the one the extract landed)."""
@@ -272,7 +288,10 @@ def _fresh_read(
 
     for _, record in AllPartitions(reader, start, inclusive_end(window.end), concurrency=settings.concurrency):
         if isinstance(record, DataChangeRecord) and window.start <= record.commit_timestamp < window.end:
-            batcher.add(record)
+            landing = policy.record(record)
+            if landing is None:
+                continue
+            batcher.add(landing)
             if batcher.full:
                 drain()
     drain()

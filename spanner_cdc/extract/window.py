@@ -26,6 +26,7 @@ from spanner_cdc.names import LIVE_READ_METHOD, READ_METHODS, short_token
 
 if TYPE_CHECKING:
     from spanner_cdc.extract.token import TokenResult
+    from spanner_cdc.policy import Policy
     from spanner_cdc.settings import Settings
     from spanner_cdc.store import MetadataStore
     from spanner_cdc.store.models import ManifestFile
@@ -266,6 +267,8 @@ def extract_tokens(
     # Spark, the dialect and the partition mode first: a JVM start must not eat into the leases of claimed tokens
     source = source or RunSource(settings)
     dialect, partition_mode = source.dialect, source.partition_mode(stream)
+    landing, secret = _landing_policy(settings, start, end)  # before the claims: a missing key fails the run up front
+    _warn_unmatched(settings, source, landing)
     if still_starting(settings):  # the close's Iceberg modules meanwhile: the run waits for the driver's JVM
         import_ahead(settings)
     spark = spark_session(settings)
@@ -301,6 +304,8 @@ def extract_tokens(
             task_share=_task_share(spark, settings.concurrency),
             task_threads=settings.task_threads,
             file_bytes=settings.target_file_size,
+            policy="" if landing.empty else str(landing),
+            policy_secret=secret,
         )
         tracker = _ProgressTracker(Progress(waiting=len(claims), tokens=[c.token for c in claims]), progress)
         # the writer, chosen once: pyarrow on the executors lands a group of tokens per Spark job and commits them
@@ -317,6 +322,30 @@ def _task_share(spark: Any, concurrency: int) -> int | None:
 
     cores = spark_cores(spark)
     return None if cores is None else max(1, cores // max(1, concurrency))
+
+
+def _landing_policy(settings: Settings, start: datetime, end: datetime) -> tuple[Policy, str]:
+    """The window's landing policy (the one it began under, `lake/window_policy.py`) and its HMAC key as hex, read
+    from its source now (held in memory, handed to the executors with their specs, written nowhere)."""
+    from spanner_cdc.lake.window_policy import window_policy
+    from spanner_cdc.policy import resolve_key
+
+    landing = window_policy(layout_of(settings), start, end, settings.policy)
+    return landing, resolve_key(landing).hex()
+
+
+def _warn_unmatched(settings: Settings, source: RunSource, landing: Policy) -> None:
+    """Each column rule that names no column of a watched table, logged (a typo would land the clear value); the
+    snapshot refuses them. Asked only of a policy with column rules: one schema read per call."""
+    if not landing.rules():
+        return
+    from spanner_cdc.policy import unmatched_rules
+    from spanner_cdc.source.snapshot_tables import watched_tables
+
+    stream = stream_of(settings)
+    tables = {t.name: (*t.keys, *t.columns) for t in watched_tables(source.database, stream, source.dialect)}
+    for problem in unmatched_rules(landing, tables):
+        log.warning("%s: landing policy %s: %s", stream, landing.fingerprint, problem)
 
 
 def _connection(settings: Settings, dialect: str, partition_mode: str) -> dict[str, Any]:
@@ -402,7 +431,12 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
     # A token that fell behind lands older commits with a later window's files: check the window's
     # transactions in every file whose range overlaps it, whatever window extracted it.
     overlapping = [f for f in store.manifest(lineage_id) if f.range_start <= inclusive_end(end) and f.range_end >= start]
-    check = _transaction_check(settings, overlapping, start, end)
+    from spanner_cdc.lake.window_policy import window_policy
+
+    landing = window_policy(layout, start, end, settings.policy)
+    # a transaction's records of tables the policy leaves out never land: the check then asks for no more records
+    # than the transaction had (and no duplicate) rather than for all of them (docs/governance.md)
+    check = _transaction_check(settings, overlapping, start, end, partial=landing.filters_tables or settings.policy.filters_tables)
     summary.transaction_check = check
     if not check["ok"]:
         store.record_failed_check(lineage_id, start, end, check)
@@ -412,7 +446,7 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
             f"number_of_records_in_transaction, {check['duplicate_rows']} duplicate rows; e.g. {check['examples'][:3]}); "
             "the window is not marked complete"
         )
-    record = _completeness(store, layout, lineage_id, start, end, files, check)
+    record = _completeness(store, layout, lineage_id, start, end, files, check, landing)
     marker = write_marker(
         layout, lineage_id=lineage_id, window_start=start, window_end=end, files=files, check=check, completeness=record
     )
@@ -433,7 +467,7 @@ def _close_locked(settings: Settings, store: MetadataStore, lineage_id: int, sta
 
 def _completeness(
     store: MetadataStore, layout: LakeLayout, lineage_id: int, start: datetime, end: datetime,
-    files: Sequence[ManifestFile], check: dict[str, Any],
+    files: Sequence[ManifestFile], check: dict[str, Any], landing: Policy,
 ) -> dict[str, Any]:  # fmt: skip
     """The window's completeness record (a re-run after a killed close keeps the one its marker has)."""
     earlier = earlier_completeness(layout, start, end, files)
@@ -441,11 +475,13 @@ def _completeness(
         return earlier
     return completeness_record(
         stream=layout.stream, namespace=layout.namespace, window_start=start, window_end=end,
-        low_watermark=store.low_watermark(lineage_id), check=check,
+        low_watermark=store.low_watermark(lineage_id), check=check, policy=landing,
     )  # fmt: skip
 
 
-def _transaction_check(settings: Settings, files: Sequence[ManifestFile], start: datetime, end: datetime) -> dict[str, Any]:
+def _transaction_check(
+    settings: Settings, files: Sequence[ManifestFile], start: datetime, end: datetime, *, partial: bool = False
+) -> dict[str, Any]:
     """The check of the files overlapping the window: read in this process when the manifest says they are
     small (no Spark job, which costs more than the reading), counted by Spark where they are otherwise, so
     the driver's memory stays bounded whatever the window's size."""
@@ -453,12 +489,12 @@ def _transaction_check(settings: Settings, files: Sequence[ManifestFile], start:
     if rows <= settings.check_driver_rows:
         from spanner_cdc.lake.check import driver_transaction_check  # pyarrow: the close's, not the plan's
 
-        return driver_transaction_check(paths, window_start=start, window_end=end)
+        return driver_transaction_check(paths, window_start=start, window_end=end, partial=partial)
     from spanner_cdc.spark.check import transaction_check
     from spanner_cdc.spark.session import spark_session
 
     log.info("%s: checking %d rows in %d files with Spark", settings.stream, rows, len(paths))
-    return transaction_check(spark_session(settings), paths, window_start=start, window_end=end)
+    return transaction_check(spark_session(settings), paths, window_start=start, window_end=end, partial=partial)
 
 
 def _held_elsewhere(store: MetadataStore, lineage_id: int, end: datetime) -> list[str]:

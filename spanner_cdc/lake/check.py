@@ -27,7 +27,7 @@ READERS = 8  # files read at once (a bucket's latency, not the CPU, is what they
 
 def empty_check() -> dict[str, Any]:
     return {
-        "ok": True, "transactions": 0, "rows": 0, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0,
+        "ok": True, "transactions": 0, "rows": 0, "mismatched": 0, "partial_transactions": 0, "duplicate_rows": 0, "outside_window_rows": 0,
         "examples": [], "first_commit_timestamp": None, "last_commit_timestamp": None,
     }  # fmt: skip
 
@@ -57,7 +57,7 @@ def _as_checked(table: pa.Table) -> pa.Table:
     return table.select(CHECKED.names).cast(CHECKED)
 
 
-def driver_transaction_check(paths: Sequence[str], *, window_start: datetime, window_end: datetime) -> dict[str, Any]:
+def driver_transaction_check(paths: Sequence[str], *, window_start: datetime, window_end: datetime, partial: bool = False) -> dict[str, Any]:
     """`spark.check.transaction_check` in this process: the same result for the same files."""
     if not paths:
         return empty_check()
@@ -69,7 +69,7 @@ def driver_transaction_check(paths: Sequence[str], *, window_start: datetime, wi
     for table in tables:
         alike.setdefault(tuple((field.name, str(field.type)) for field in table.schema), []).append(table)
     checked = pa.concat_tables([_as_checked(pa.concat_tables(group)) for group in alike.values()])
-    return check_table(checked, window_start=window_start, window_end=window_end)
+    return check_table(checked, window_start=window_start, window_end=window_end, partial=partial)
 
 
 def _inside(table: pa.Table, window_start: datetime, window_end: datetime) -> pa.ChunkedArray:
@@ -79,9 +79,11 @@ def _inside(table: pa.Table, window_start: datetime, window_end: datetime) -> pa
     return pc.fill_null(pc.and_(pc.greater_equal(stamps, start), pc.less(stamps, end)), False)
 
 
-def check_table(table: pa.Table, *, window_start: datetime, window_end: datetime) -> dict[str, Any]:
+def check_table(table: pa.Table, *, window_start: datetime, window_end: datetime, partial: bool = False) -> dict[str, Any]:
     """The check of rows already read (the CHECKED columns): the result dict of `driver_transaction_check`.
 
+    `partial` (a landing policy leaves some tables out): a transaction may land fewer records than it had, never more;
+    those that land fewer are counted as `partial_transactions`, not as mismatches.
     Nulls count as Spark counts them: countDistinct, min and max skip them, a null comparison is not a mismatch."""
     mask = _inside(table, window_start, window_end)
     # the usual case, every row inside (a token that fell behind adds rows of earlier windows): no copy of the columns
@@ -94,7 +96,9 @@ def check_table(table: pa.Table, *, window_start: datetime, window_end: datetime
     landed = per_transaction.column("record_sequence_count_distinct")
     low = per_transaction.column("number_of_records_in_transaction_min")
     expected = per_transaction.column("number_of_records_in_transaction_max")
-    mismatch = pc.fill_null(pc.or_kleene(pc.not_equal(landed, expected), pc.not_equal(low, expected)), False)
+    short = pc.fill_null(pc.less(landed, expected), False)
+    count_off = pc.greater(landed, expected) if partial else pc.not_equal(landed, expected)
+    mismatch = pc.fill_null(pc.or_kleene(count_off, pc.not_equal(low, expected)), False)
     bad = per_transaction.filter(mismatch)
     # nulls first, as Spark; by an is-null key rather than null_placement, whose form differs across pyarrow releases
     keyed = bad.append_column("_null", pc.is_null(bad.column("server_transaction_id")))
@@ -111,6 +115,7 @@ def check_table(table: pa.Table, *, window_start: datetime, window_end: datetime
         "transactions": per_transaction.num_rows,
         "rows": rows,
         "mismatched": bad.num_rows,
+        "partial_transactions": pc.sum(pc.and_(short, pc.invert(mismatch))).as_py() or 0 if partial else 0,
         "duplicate_rows": duplicates,
         "outside_window_rows": table.num_rows - rows,
         "examples": examples,

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from spanner_cdc.policy import Policy
+
 # A consumer checks this before reading the fields: a later release adds fields under a new version only
 # when it changes the meaning of one already here.
 RECORD_VERSION = 1
@@ -26,6 +28,9 @@ FIELDS = (
     "rows",
     "transactions",
     "transaction_check",
+    "partial_transactions",
+    "policy_fingerprint",
+    "policy",
 )
 
 
@@ -37,6 +42,7 @@ def completeness_record(
     window_end: datetime,
     low_watermark: datetime | None,
     check: Mapping[str, Any],
+    policy: Policy | None = None,
 ) -> dict[str, Any]:
     """The record of a window that passed its transaction check: every change committed in
     [window_start, window_end) is in the lake, and so is every change of the lineage committed at or before
@@ -44,7 +50,11 @@ def completeness_record(
 
     `rows` and `transactions` count what was committed inside the window (the check's counts, whatever
     window's files hold them); the first and last commit timestamps are those rows' (None for an empty window).
+    `policy` is what landed (`policy.py`): its fingerprint and its canonical text (rules and the key's source, never
+    the key). With tables left out, `partial_transactions` counts the transactions that landed only some of their
+    records (the others' tables are not in the lake); the check then proves no duplicate and no surplus record.
     """
+    policy = policy or Policy()
     return {
         "record_version": RECORD_VERSION,
         "stream": stream,
@@ -57,6 +67,9 @@ def completeness_record(
         "rows": int(check.get("rows", 0)),
         "transactions": int(check.get("transactions", 0)),
         "transaction_check": "passed" if check.get("ok") else "failed",
+        "partial_transactions": int(check.get("partial_transactions", 0)),
+        "policy_fingerprint": policy.fingerprint,
+        "policy": str(policy),
     }
 
 

@@ -16,6 +16,7 @@ from spanner_cdc.lake.columns import PARTITION_COLUMN, SOURCE_SCHEMA
 from spanner_cdc.lake.envelope import _uuid5, micros
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.names import SNAPSHOT_READ_METHOD
+from spanner_cdc.policy import Policy
 
 MARKER_FORMAT = 1
 
@@ -81,8 +82,10 @@ def snapshot_batch(context: SnapshotContext, keys: Sequence[str], new_values: Se
     return pa.RecordBatch.from_arrays(arrays, schema=SOURCE_SCHEMA)
 
 
-def write_snapshot_marker(layout: LakeLayout, at: datetime, files: Sequence[Any]) -> str:
-    """The marker naming exactly the snapshot's files (paths relative to the lineage's root) and rows per table."""
+def write_snapshot_marker(layout: LakeLayout, at: datetime, files: Sequence[Any], policy: Policy | None = None) -> str:
+    """The marker naming exactly the snapshot's files (paths relative to the lineage's root), rows per table and the
+    landing policy the rows went through (its fingerprint and text: `policy.py`)."""
+    policy = policy or Policy()
     base = layout.location.rstrip("/") + "/"
     tables: dict[str, int] = {}
     for f in files:
@@ -95,6 +98,8 @@ def write_snapshot_marker(layout: LakeLayout, at: datetime, files: Sequence[Any]
         "read_method": SNAPSHOT_READ_METHOD,
         "rows": sum(tables.values()),
         "tables": dict(sorted(tables.items())),
+        "policy_fingerprint": policy.fingerprint,
+        "policy": policy.to_json(),
         "files": [
             {"path": f.path[len(base):] if f.path.startswith(base) else f.path, "table": f.table, "rows": f.rows, "bytes": f.bytes}
             for f in sorted(files, key=lambda f: f.path)

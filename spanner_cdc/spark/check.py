@@ -37,13 +37,16 @@ def read_checked_columns(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
             yield from read_checked(path).to_batches()
 
 
-def transaction_check(spark: SparkSession, paths: Sequence[str], *, window_start: datetime, window_end: datetime) -> dict[str, Any]:
+def transaction_check(
+    spark: SparkSession, paths: Sequence[str], *, window_start: datetime, window_end: datetime, partial: bool = False
+) -> dict[str, Any]:
     """For every transaction committed in [window_start, window_end): distinct landed record_sequence ==
     number_of_records_in_transaction; and no change landed twice (a repeated uuid).
 
     `paths` are every file whose range overlaps the window (a token that fell behind lands older commits
     with a later window); rows committed outside the window are counted, not checked. `ok` is False on
-    any mismatch or duplicate; at most MAX_LISTED offending transactions are listed.
+    any mismatch or duplicate; at most MAX_LISTED offending transactions are listed. `partial` (a landing policy
+    leaves some tables out): fewer records than the transaction had is no mismatch (`partial_transactions`), more is.
     """
     from pyspark.sql import functions as F
 
@@ -68,11 +71,13 @@ def transaction_check(spark: SparkSession, paths: Sequence[str], *, window_start
             F.max("number_of_records_in_transaction").alias("number_of_records_in_transaction"),
         )
     )
-    mismatch = (F.col("landed_records") != F.col("number_of_records_in_transaction")) | (
-        F.col("low") != F.col("number_of_records_in_transaction")
-    )
+    landed, expected = F.col("landed_records"), F.col("number_of_records_in_transaction")
+    count_off = (landed > expected) if partial else (landed != expected)
+    mismatch = count_off | (F.col("low") != expected)
+    short = (landed < expected) & ~F.coalesce(mismatch, F.lit(False)) if partial else F.lit(False)
     counts = per_transaction.agg(
-        F.count(F.lit(1)).alias("transactions"), F.sum(F.when(mismatch, 1).otherwise(0)).alias("mismatched")
+        F.count(F.lit(1)).alias("transactions"), F.sum(F.when(mismatch, 1).otherwise(0)).alias("mismatched"),
+        F.sum(F.when(short, 1).otherwise(0)).alias("partial_transactions"),
     ).collect()[0]
     mismatched = int(counts["mismatched"] or 0)
     examples = []
@@ -93,6 +98,7 @@ def transaction_check(spark: SparkSession, paths: Sequence[str], *, window_start
         "transactions": int(counts["transactions"] or 0),
         "rows": rows,
         "mismatched": mismatched,
+        "partial_transactions": int(counts["partial_transactions"] or 0),
         "duplicate_rows": duplicates,
         "outside_window_rows": int(totals["all_rows"] or 0) - rows,
         "examples": examples,

@@ -53,6 +53,7 @@ class ControlSummary:
     moves: list[PartitionEventRecord] = field(default_factory=list)
     ended: PartitionEndRecord | None = None
     tables: dict[str, int] = field(default_factory=dict)
+    excluded_records: int = 0  # data change records of tables the stream's policy leaves out (read, not landed)
     resumes: int = 0
     elapsed_s: float = 0.0  # the executor's wall time for the read (and the landing), and its reading thread's CPU
     cpu_s: float = 0.0
@@ -94,6 +95,14 @@ class ControlSummary:
     def landed(self, record: DataChangeRecord, rows: int) -> None:
         """observe() of a data change record landed as `rows` lake rows, without the dispatch (once per record read)."""
         self._count_data(record, rows)
+        last = self.last_timestamp
+        if last is None or record.commit_timestamp > last:
+            self.last_timestamp = record.commit_timestamp
+
+    def excluded(self, record: DataChangeRecord) -> None:
+        """A data change record read and left out by the stream's policy: no rows, but the partition is read past it."""
+        self.data_records += 1
+        self.excluded_records += 1
         last = self.last_timestamp
         if last is None or record.commit_timestamp > last:
             self.last_timestamp = record.commit_timestamp
@@ -151,6 +160,7 @@ class ControlSummary:
             if self.ended is None
             else {"end_timestamp": iso_z(self.ended.end_timestamp), "record_sequence": self.ended.record_sequence, "partition_token": self.ended.partition_token},
             "tables": dict(sorted(self.tables.items())),
+            "excluded_records": self.excluded_records,
             "resumes": self.resumes,
             "elapsed_s": round(self.elapsed_s, 4),
             "cpu_s": round(self.cpu_s, 4),
@@ -193,6 +203,7 @@ class ControlSummary:
             ],
             ended=_ended(data.get("ended")),
             tables={str(k): int(v) for k, v in data.get("tables", {}).items()},
+            excluded_records=int(data.get("excluded_records", 0)),
             resumes=int(data.get("resumes", 0)),
             elapsed_s=float(data.get("elapsed_s", 0.0)),
             cpu_s=float(data.get("cpu_s", 0.0)),

@@ -21,6 +21,7 @@ from spanner_cdc.lake.columns import rows_by_table
 from spanner_cdc.lake.envelope import EnvelopeBatcher, EnvelopeContext
 from spanner_cdc.lake.layout import task_file_stem, task_object_name, token_digest
 from spanner_cdc.model.records import ChangeRecord, DataChangeRecord
+from spanner_cdc.policy import applier_from
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.spec import TokenJobSpec
 from spanner_cdc.spark.task_files import (
@@ -49,15 +50,21 @@ def envelope_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Data change records -> bounded lake batches; every record (control ones too) is noted in `summary`. `hold`: a
     token whose rows all fit in `hold_bytes` yields none; its batcher, rows not built, goes into `hold` instead (a wave
-    task builds its small tokens' rows together: `TokenSpool.hold`)."""
+    task builds its small tokens' rows together: `TokenSpool.hold`). The stream's policy applies before a row is built:
+    a record of a table that does not land is counted (its timestamp moves the partition on) and left out."""
     batcher = EnvelopeBatcher(
         EnvelopeContext(spec.stream, spec.read_method, spec.token, spec.window_start, spec.window_end),
         max_rows=spec.max_rows,
     )
+    policy = applier_from(spec.policy, spec.policy_secret)
     taken = False
     for record in records:
         if isinstance(record, DataChangeRecord):
-            summary.landed(record, batcher.add(record))
+            landing = record if policy is None else policy.record(record)
+            if landing is None:
+                summary.excluded(record)
+                continue
+            summary.landed(landing, batcher.add(landing))
             if batcher.full:
                 batch = batcher.take()
                 if batch is not None:

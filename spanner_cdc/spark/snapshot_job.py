@@ -7,7 +7,7 @@ import json
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ from spanner_cdc.lake.envelope import DEFAULT_MAX_ROWS, column_types_json
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.lake.snapshot import SnapshotContext, snapshot_batch
 from spanner_cdc.model.records import ColumnType
+from spanner_cdc.policy import applier_from
 from spanner_cdc.source.snapshot_tables import plain, type_json
 from spanner_cdc.spark import registry
 from spanner_cdc.spark.datasource import FILES_DDL
@@ -53,6 +54,9 @@ class SnapshotJobSpec:
     transaction_id: str
     partitions: str  # JSON list of base64 partition tokens
     max_rows: int = DEFAULT_MAX_ROWS
+    # the landing policy's JSON text ("" for none) and its HMAC key as hex (as a token job's: `spark/spec.py`)
+    policy: str = ""
+    policy_secret: str = field(default="", repr=False)
 
     def options(self) -> dict[str, str]:
         return {k: v.isoformat() if isinstance(v, datetime) else str(v) for k, v in asdict(self).items() if v is not None}
@@ -63,6 +67,7 @@ class SnapshotJobSpec:
         values["emulator_host"] = values["emulator_host"] or None
         values["at"] = datetime.fromisoformat(str(values["at"]))
         values["max_rows"] = int(values["max_rows"] or DEFAULT_MAX_ROWS)
+        values["policy"], values["policy_secret"] = values["policy"] or "", values["policy_secret"] or ""
         return cls(**values)
 
     @property
@@ -76,13 +81,15 @@ def _column_types(spec: SnapshotJobSpec, fields: Any) -> tuple[ColumnType, ...]:
 
 
 def _batches(spec: SnapshotJobSpec, index: int) -> Iterator[pa.RecordBatch]:
-    """Run partition `index` of the shared transaction; its rows as lake batches of at most max_rows."""
+    """Run partition `index` of the shared transaction; its rows as lake batches of at most max_rows, through the
+    stream's landing policy (the same rules, and the same hashes, as the change log's)."""
     from google.cloud.spanner_v1.database import BatchSnapshot
 
     shared = {"session_id": spec.session_id, "transaction_id": base64.b64decode(spec.transaction_id)}
     snapshot = BatchSnapshot.from_dict(_database(spec), shared)
     results = snapshot.process_query_batch({"partition": spec.tokens[index], "query": {"sql": spec.sql}}, lazy_decode=True)
     key_count = len(json.loads(spec.keys))
+    policy = applier_from(spec.policy, spec.policy_secret)
     context: SnapshotContext | None = None
     names: list[str] = []
     keys: list[str] = []
@@ -92,9 +99,14 @@ def _batches(spec: SnapshotJobSpec, index: int) -> Iterator[pa.RecordBatch]:
             types = _column_types(spec, results.fields)
             names = [c.name for c in types]
             primary = tuple(names[:key_count])
-            context = SnapshotContext(spec.stream, spec.at, spec.table, spec.value_capture_type, column_types_json(types), primary)
-        keys.append(_encode({n: plain(v) for n, v in zip(names[:key_count], row[:key_count], strict=True)}))
-        values.append(_encode({n: plain(v) for n, v in zip(names[key_count:], row[key_count:], strict=True)}))
+            landed = types if policy is None else policy.column_types(spec.table, types)
+            context = SnapshotContext(spec.stream, spec.at, spec.table, spec.value_capture_type, column_types_json(landed), primary)
+        key = {n: plain(v) for n, v in zip(names[:key_count], row[:key_count], strict=True)}
+        value = {n: plain(v) for n, v in zip(names[key_count:], row[key_count:], strict=True)}
+        if policy is not None:
+            key, value = policy.values(spec.table, key), policy.values(spec.table, value)
+        keys.append(_encode(key))
+        values.append(_encode(value))
         if len(keys) >= spec.max_rows:
             yield snapshot_batch(context, keys, values)
             keys, values = [], []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,10 @@ class TokenJobSpec:
     # a wave task's files: their names start with file_stem (journaled by the driver); a file rolls past file_bytes
     file_stem: str = ""
     file_bytes: int = 256 << 20
+    # the stream's landing policy (its JSON text, "" for none) and its HMAC key as hex: read by the driver, held in
+    # memory only; "secret" in the option's name has Spark redact it wherever it shows data source options
+    policy: str = ""
+    policy_secret: str = field(default="", repr=False)
 
     @property
     def data_dir(self) -> Path:
@@ -84,6 +88,8 @@ class TokenJobSpec:
             lineage_id=int(get("lineage_id") or 0),
             file_stem=get("file_stem") or "",
             file_bytes=int(get("file_bytes") or 256 << 20),
+            policy=get("policy") or "",
+            policy_secret=get("policy_secret") or "",
         )
 
 

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import StaticTable
     from pyspark.sql import SparkSession
 
+    from spanner_cdc.policy import PolicyApplier
+
 VERIFY_SOURCE = "spanner_verify"
 VERIFY_DDL = "`table` STRING, `side` STRING, `key` STRING, `hash` STRING"
 
@@ -96,10 +98,12 @@ def lake_rows(task: VerifyTask) -> Iterator[tuple[str, str, str, str]]:
         yield from _hashed(task, handle, arrow, keys, _conform(data, arrow))
 
 
-def source_rows(task: VerifyTask) -> Iterator[tuple[str, str, str, str]]:
-    """Executor side: one partition of the stale read, each row typed as the state types it, hashed."""
+def source_rows(task: VerifyTask, policy: PolicyApplier | None = None) -> Iterator[tuple[str, str, str, str]]:
+    """Executor side: one partition of the stale read, each row through the window's landing `policy` (hashed,
+    masked and nulled as the lake holds it) and typed as the state types it, hashed."""
     from google.cloud.spanner_v1.database import BatchSnapshot
 
+    from spanner_cdc.policy import HASHED_TYPE
     from spanner_cdc.source.snapshot_tables import plain, type_json
     from spanner_cdc.spark.executor import _database
 
@@ -111,10 +115,14 @@ def source_rows(task: VerifyTask) -> Iterator[tuple[str, str, str, str]]:
     )
     batch: list[dict[str, Any]] = []
     types: list[tuple[str, dict[str, Any]]] = []
+    rules = policy.rules_of(task.table) if policy is not None else {}
     for row in results:
         if not types:  # the metadata arrives with the first rows
-            types = [(f.name, type_json(f.type_)) for f in results.fields]
-        batch.append({name: typed(kind, plain(value)) for (name, kind), value in zip(types, row, strict=True)})
+            types = [(f.name, HASHED_TYPE if rules.get(f.name) in ("hash", "mask") else type_json(f.type_)) for f in results.fields]
+        values = {name: plain(value) for (name, _), value in zip(types, row, strict=True)}
+        if rules and policy is not None:
+            values = policy.values(task.table, values)
+        batch.append({name: typed(kind, values.get(name)) for name, kind in types})
         if len(batch) >= 10_000:
             yield from _hashed(task, handle, arrow, keys, pa.Table.from_pylist(batch, schema=arrow))
             batch = []
@@ -138,10 +146,13 @@ class VerifyReader(DataSourceReader):
         return grouped(len(json.loads(self.options["tasks"])))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        from spanner_cdc.policy import applier_from
+
         tasks = _tasks(self.options)
+        policy = applier_from(self.options.get("policy") or "", self.options.get("policy_secret") or "")
         for index in partition.value:
             task = tasks[index]
-            yield from (lake_rows(task) if task.kind == "lake" else source_rows(task))
+            yield from (lake_rows(task) if task.kind == "lake" else source_rows(task, policy))
 
 
 class VerifyDataSource(DataSource):
@@ -168,9 +179,10 @@ class Compared:
     examples: list[tuple[str, str]] = field(default_factory=list)
 
 
-def run_verify_job(spark: SparkSession, tasks: list[VerifyTask]) -> dict[str, Compared]:
+def run_verify_job(spark: SparkSession, tasks: list[VerifyTask], policy: str = "", policy_secret: str = "") -> dict[str, Compared]:
     """Driver side: the tasks hash both sides in Spark, which joins them by key; only per-table counts and the first
-    mismatching keys come back (one action: the source is read once)."""
+    mismatching keys come back (one action: the source is read once). `policy` and `policy_secret`: the window's
+    landing policy (JSON text) and its key as hex, applied to the source's rows (an option Spark redacts)."""
     from pyspark.sql import functions as F
 
     registry.register(spark, VerifyDataSource)
@@ -178,6 +190,8 @@ def run_verify_job(spark: SparkSession, tasks: list[VerifyTask]) -> dict[str, Co
         spark.read.format(VERIFY_SOURCE)
         .schema(VERIFY_DDL)
         .option("tasks", json.dumps([asdict(t) for t in tasks]))
+        .option("policy", policy)
+        .option("policy_secret", policy_secret)
         .load()
     )
     lake, source = F.col("side") == "lake", F.col("side") == "source"

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # the other (each imports only its own package and the floors below), except the pairs in SIBLING_IMPORTS.
 LAYERS: list[set[str]] = [
     {"errors", "names", "masking", "times", "json_text", "compat"},  # vocabulary, formats, error types, other libraries' internals: import nothing of the project
-    # configuration: the validators of values, the settings, the streams' tables; the shipped files (read as data)
-    {"validators", "settings", "stream_config", "resources"},
+    # configuration: the validators of values, the settings, the streams' tables, what lands; the shipped files (read as data)
+    {"validators", "settings", "stream_config", "policy", "resources"},
     {"lineage", "model"},  # pure: the partition rules; the typed records and their dispatch
     {"source", "store"},  # adapters: the change stream (queries, decoding, the reader); Postgres (lineage, manifest)
     {"lake"},  # layout, envelope rows, publication, markers
@@ -36,6 +36,8 @@ SIBLING_IMPORTS = {
     ("settings", "validators"),  # one set of validators for both
     ("stream_config", "validators"),
     ("stream_config", "settings"),  # a stream's settings are the global ones with its values on top
+    ("settings", "policy"),  # the landing policy is a setting (and a stream table's key)
+    ("stream_config", "policy"),
     ("cli", "devstack"),  # the command line starts the dev stack; never the other way
     ("__main__", "cli"),
 }

@@ -18,6 +18,7 @@ from spanner_cdc.cli.commands._flags import (
     add_tuning_flags,
     int_or_text,
 )
+from spanner_cdc.cli.commands._policy_flags import add_policy_flags, policy_from_flags
 from spanner_cdc.names import READ_METHODS
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the window summary as JSON on stdout")
     add_tuning_flags(parser)
+    add_policy_flags(parser)
     parser.set_defaults(func=handle)
 
 
@@ -75,6 +77,7 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
     from spanner_cdc.settings import load_settings
     from spanner_cdc.stream_config import load_streams
 
+    args.policy = policy_from_flags(args)  # the policy flags, as one setting
     settings = load_settings(vars(args))
     if settings.stream and settings.streams:
         streams = load_streams(settings)

@@ -14,6 +14,7 @@ from spanner_cdc.cli.commands._flags import (
     add_spanner_flags,
     int_or_text,
 )
+from spanner_cdc.cli.commands._policy_flags import add_policy_flags
 
 ORDER = 41
 
@@ -42,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_metadata_url_flag(parser)
     add_home_flag(parser)
     parser.add_argument("--json", action="store_true", help="print the snapshot's summary as JSON on stdout (`at` is T0)")
+    add_policy_flags(parser)
     parser.set_defaults(func=handle)
 
 

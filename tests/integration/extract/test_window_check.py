@@ -46,6 +46,11 @@ def test_transactions_must_land_all_their_records(transaction_check: Any, tmp_pa
     only_orders = [p for p in paths(tmp_path / "d") if "Orders" in p]
     assert transaction_check(only_orders, window_start=T0, window_end=E)["mismatched"] == 1  # tx-a lacks Users
     assert transaction_check([], window_start=T0, window_end=E)["ok"] is True
+    # a landing policy that leaves tables out: tx-a's Users record (only Orders landed) and tx-b are partial, not failed
+    partial = transaction_check(only_orders, window_start=T0, window_end=E, partial=True)
+    assert (partial["ok"], partial["mismatched"], partial["partial_transactions"]) == (True, 0, 1)
+    every = transaction_check(paths(tmp_path / "d"), window_start=T0, window_end=E, partial=True)
+    assert (every["ok"], every["mismatched"], every["partial_transactions"]) == (True, 0, 1)  # tx-b: 1 of 3 landed
 
 
 def test_duplicates_fail_and_other_windows_are_not_checked(transaction_check: Any, tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def test_complete_transactions_pass() -> None:
     # tx-a: 2 records, one of them with two mods (two rows, one record_sequence)
     result = check(table(("u1", 0, "tx-a", "1", 2), ("u2", 0, "tx-a", "1", 2), ("u3", 0, "tx-a", "2", 2), ("u4", 9, "tx-b", "1", 1)))
     assert result == {
-        "ok": True, "transactions": 2, "rows": 4, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 0, "examples": [],
+        "ok": True, "transactions": 2, "rows": 4, "mismatched": 0, "partial_transactions": 0, "duplicate_rows": 0, "outside_window_rows": 0, "examples": [],
         "first_commit_timestamp": iso_timestamp(T0), "last_commit_timestamp": iso_timestamp(T0 + timedelta(seconds=9)),
     }  # fmt: skip
 
@@ -106,3 +106,16 @@ def test_files_that_hold_the_columns_differently_are_checked_as_one_window(tmp_p
     result = driver_transaction_check(paths, window_start=T0, window_end=E)
     assert result == check(pa.concat_tables([first, second, third]))
     assert (result["rows"], result["outside_window_rows"], result["mismatched"]) == (4, 1, 1)
+
+
+def test_with_tables_left_out_a_short_transaction_is_partial_and_a_surplus_or_disagreement_still_fails() -> None:
+    # tx-a lands 1 of its 3 records (the others' table left out), tx-b all of its 1
+    short = table(("u1", 0, "tx-a", "1", 3), ("u2", 1, "tx-b", "1", 1))
+    assert check(short)["ok"] is False  # without the policy, a missing record is a mismatch
+    partial = check_table(short, window_start=T0, window_end=E, partial=True)
+    assert (partial["ok"], partial["mismatched"], partial["partial_transactions"]) == (True, 0, 1)
+    surplus = table(("u1", 0, "tx-a", "1", 1), ("u2", 0, "tx-a", "2", 1))  # more records than the transaction had
+    disagree = table(("u1", 0, "tx-a", "1", 3), ("u2", 0, "tx-a", "2", 2))  # its rows disagree on the count
+    duplicate = table(("u1", 0, "tx-a", "1", 3), ("u1", 0, "tx-a", "1", 3))
+    for data in (surplus, disagree, duplicate):
+        assert check_table(data, window_start=T0, window_end=E, partial=True)["ok"] is False

@@ -14,11 +14,12 @@ from spanner_cdc.lake.completeness import (
     record_from_summary,
     summary_properties,
 )
+from spanner_cdc.policy import Policy
 
 T0 = datetime(2026, 3, 1, 10, tzinfo=UTC)
 E = T0 + timedelta(hours=1)
 CHECK = {
-    "ok": True, "transactions": 7, "rows": 12, "mismatched": 0, "duplicate_rows": 0, "outside_window_rows": 3, "examples": [],
+    "ok": True, "transactions": 7, "rows": 12, "mismatched": 0, "partial_transactions": 0, "duplicate_rows": 0, "outside_window_rows": 3, "examples": [],
     "first_commit_timestamp": "2026-03-01T10:00:01.000002+00:00", "last_commit_timestamp": "2026-03-01T10:59:58.250000+00:00",
 }  # fmt: skip
 
@@ -39,6 +40,9 @@ def test_the_record_names_the_window_the_watermark_the_commit_range_and_the_chec
         "rows": 12,
         "transactions": 7,
         "transaction_check": "passed",
+        "partial_transactions": 0,
+        "policy_fingerprint": Policy().fingerprint,
+        "policy": str(Policy()),
     }
     assert tuple(record) == FIELDS
     json.dumps(record)  # every value is plain JSON
@@ -61,3 +65,13 @@ def test_a_snapshot_summary_carries_the_record_whole_and_field_by_field() -> Non
     assert props["spanner-cdc.window-end"] == record["window_end"] and props["spanner-cdc.transaction-check"] == "passed"
     assert set(props) == {SUMMARY_KEY} | {"spanner-cdc." + name.replace("_", "-") for name in FIELDS}
     assert record_from_summary({"added-records": "3"}) is None  # a snapshot without one (maintenance, older releases)
+
+
+def test_the_record_names_the_landing_policy_by_fingerprint_and_text_never_the_key() -> None:
+    policy = Policy(exclude_tables=("Audit",), hash_columns=("Users.Email",), hash_key_env="CDC_HASH_KEY")
+    record = completeness_record(stream="s", namespace="live", window_start=T0, window_end=E, low_watermark=None,
+                                 check={**CHECK, "partial_transactions": 2}, policy=policy)  # fmt: skip
+    assert record["policy_fingerprint"] == policy.fingerprint != Policy().fingerprint
+    assert json.loads(record["policy"])["hash_columns"] == ["Users.Email"]
+    assert record["partial_transactions"] == 2
+    assert summary_properties(record)["spanner-cdc.policy-fingerprint"] == policy.fingerprint
