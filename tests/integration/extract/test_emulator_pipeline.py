@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,6 @@ from spanner_cdc.settings import Settings, env_name, subprocess_env
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.emulator import emulator_binary_or_skip
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
-from tests.fixtures.spark import LOCAL_MASTER
 from tests.integration.extract.lake_reading import published_rows
 from tests.integration.extract.test_extract_workload import lake_key, truth_key
 
@@ -57,22 +56,6 @@ KILLED_CAPTURE = "NEW_ROW_AND_OLD_VALUES"
 STREAM = "workload"
 WINDOWS = 3
 TRANSACTIONS_PER_WINDOW, TX_PER_SECOND = 30, 8  # ~4 s of writes a window: the emulator splits or merges every 2-4 s
-
-
-@pytest.fixture
-def emulator_settings(store: MetadataStore, pg_url: str, emulator_env: str, tmp_path: Path) -> Callable[..., Settings]:
-    """settings(database_id, stream, **changes) for the pipeline against the module's emulator, Postgres and Spark."""
-
-    def make(database: str, stream: str, **changes: Any) -> Settings:
-        values: dict[str, Any] = dict(
-            project=PROJECT, instance=INSTANCE, database=database, stream=stream, metadata_url=pg_url,
-            output_root=tmp_path / "lake", spark_master=LOCAL_MASTER, emulator_host=emulator_env,
-            heartbeat_ms=1000, concurrency=2, home=tmp_path / "home", namespace=f"ns_{database}_{stream.lower()}",
-        )  # fmt: skip
-        values.update(changes)
-        return Settings(**values)
-
-    return make
 
 
 def stream_name(capture: str) -> str:
