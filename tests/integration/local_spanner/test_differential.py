@@ -20,6 +20,8 @@ from google.cloud import spanner
 from google.cloud.spanner_v1.data_types import JsonObject
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
+from spanner_cdc.errors import RetentionError
+from spanner_cdc.extract.planning import root_partitions
 from spanner_cdc.source.client import detect_dialect, stream_metadata
 from spanner_cdc.source.snapshot_tables import watched_tables
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
@@ -381,3 +383,17 @@ def test_a_fourth_stream_on_a_column_is_refused_by_the_emulator_only(sides: tupl
         emulator.database.update_ddl([ddl]).result(60)
     local.database.update_ddl([ddl]).result(60)  # listed: the local server does not count them
     local.database.update_ddl([f"DROP CHANGE STREAM {name(dialect, 'SFourth')}"]).result(60)
+
+
+def test_a_window_before_the_streams_creation_is_reported_as_that_on_both(sides: tuple[str, Side, Side]) -> None:
+    """The emulator's OUT_OF_RANGE does not say why; its earliest readable time, well inside the retention, does."""
+    dialect, local, emulator = sides
+    stream = name(dialect, "SAll")
+    for side in (local, emulator):
+        meta = stream_metadata(side.database, stream, dialect)
+        at = side.start - timedelta(days=2)  # inside the retention (7 days), before the stream existed
+        with pytest.raises(RetentionError) as info:
+            root_partitions(side.database, stream, dialect=dialect, heartbeat_ms=1000, at=at, retention=meta.retention, namespace="live")
+        message = str(info.value)
+        assert f"precedes change stream {stream}'s creation (Spanner: the stream was created at " in message, (side.label, message)
+        assert "retention" not in message, (side.label, message)
