@@ -67,7 +67,9 @@ class SourceError(SpannerCdcError):
 
 
 class RetentionError(SourceError):
-    """The requested start has left the change stream's retention period (OUT_OF_RANGE)."""
+    """The requested start has left the change stream's retention period, or precedes its creation (OUT_OF_RANGE)."""
+
+    spanner_message = ""  # Spanner's own words, when the error is its OUT_OF_RANGE: what tells the two causes apart
 
 
 class StoreError(SpannerCdcError):

@@ -8,6 +8,7 @@ from typing import Any
 
 from spanner_cdc.errors import RetentionError, UsageError, setting
 from spanner_cdc.model.records import ChildPartition, ChildPartitionsRecord, PartitionStartRecord
+from spanner_cdc.source.out_of_range import CREATION, classify
 from spanner_cdc.times import spelled_duration
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,15 @@ def retention_message(stream: str, start: datetime, retention: timedelta, namesp
     )
 
 
+def creation_message(stream: str, start: datetime, created_at: datetime | None) -> str:
+    when = f" at {created_at.isoformat()}" if created_at else " after it"
+    return (
+        f"window start {start.isoformat()} precedes change stream {stream}'s creation (Spanner: the stream was created{when}): "
+        "there are no changes of it before then. Extract windows that start at or after the stream's creation "
+        "(a later start_date of the stream, or a later window)"
+    )
+
+
 def check_retention(stream: str, start: datetime, retention: timedelta, namespace: str, *, now: datetime | None = None) -> None:
     """Refuse up front by this machine's clock; `root_partitions` asks Spanner, whose clock decides."""
     oldest = (now or datetime.now(UTC)) - retention
@@ -53,7 +63,10 @@ def root_partitions(
     reader = PartitionReader(database, stream, dialect=dialect, heartbeat_ms=heartbeat_ms)
     try:
         records = [r for r in reader.read(None, at, at) if isinstance(r, ChildPartitionsRecord | PartitionStartRecord)]
-    except RetentionError:
+    except RetentionError as exc:
+        found = classify(exc.spanner_message, retention)
+        if found.cause == CREATION:
+            raise RetentionError(creation_message(stream, at, found.earliest)) from None
         detail = " (Spanner answered OUT_OF_RANGE)"
         raise RetentionError(retention_message(stream, at, retention, namespace, detail)) from None
     # a MUTABLE_KEY_RANGE stream answers with a partition start record: its partitions have no parents either

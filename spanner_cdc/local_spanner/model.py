@@ -9,7 +9,7 @@ from typing import Any
 
 from spanner_cdc.names import MUTABLE_KEY_RANGE
 
-DEFAULT_RETENTION = timedelta(days=1)
+DEFAULT_RETENTION = timedelta(days=7)  # Spanner's documented default retention_period
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from sqlglot import exp
 
-from spanner_cdc.local_spanner.catalog_queries import VIEWS, view_rows
+from spanner_cdc.local_spanner.catalog_queries import VIEWS, view_columns, view_rows
 from spanner_cdc.local_spanner.keysets import Rows, matching_keys, sorted_keys
 from spanner_cdc.local_spanner.model import QueryError
 from spanner_cdc.local_spanner.schema import Schema, TableDef
@@ -97,7 +98,7 @@ def _source(statement: Select, view: ReadView) -> tuple[Columns, list[dict[str, 
         name = statement.source.upper()
         if name not in VIEWS:
             raise QueryError("INVALID_ARGUMENT", f"Unsupported view INFORMATION_SCHEMA.{statement.source}: expected one of {', '.join(VIEWS)}")
-        available = [(n.lower() if database.postgres else n, t) for n, t in VIEWS[name]]
+        available = view_columns(name, database.postgres)
         return available, [{(k.lower() if database.postgres else k): v for k, v in row.items()} for row in view_rows(database, name, schema)]
     table = schema.table(statement.source)
     if table is None:
@@ -168,11 +169,12 @@ def _sorted(records: list[dict[str, Any]], order: exp.Order, scope: Scope, alias
     return records
 
 
-def run_select(statement: Select, view: ReadView, params: Mapping[str, Typed]) -> tuple[Columns, list[list[Any]]]:
-    """Rows of a one-table SELECT: WHERE, COUNT(*), ORDER BY, LIMIT / OFFSET, projections of expressions."""
+def run_select(statement: Select, view: ReadView, params: Mapping[str, Typed], now: datetime | None = None) -> tuple[Columns, list[list[Any]]]:
+    """Rows of a one-table SELECT: WHERE, COUNT(*), ORDER BY, LIMIT / OFFSET, projections of expressions; `now` is
+    CURRENT_TIMESTAMP (default: the view's timestamp)."""
     postgres = view.database.postgres
     available, records = _source(statement, view)
-    scope = Scope(available, postgres, params, statement.source or "", statement.alias)
+    scope = Scope(available, postgres, params, statement.source or "", statement.alias, now or view.timestamp)
     where = statement.tree.args.get("where")
     if where is not None:
         records = [r for r in records if truth(where.this, r, scope)]

@@ -15,7 +15,7 @@ from spanner_cdc.local_spanner.model import ColumnInfo, QueryError, StreamDef, T
 from spanner_cdc.local_spanner.values import public_type
 from spanner_cdc.names import IMMUTABLE_KEY_RANGE
 
-DEFAULT_RETENTION_TEXT = "24h"
+DEFAULT_RETENTION_TEXT = "7d"  # Spanner's documented default retention_period
 _SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
 _PG_SIMPLE = re.compile(r"^[a-z_][a-z_0-9]*$")
 

@@ -201,7 +201,9 @@ class SpannerService:
             return self._dml(database, plan, params, transaction, seqno, begun)
         assert isinstance(plan, Select)
         with self.catalog.lock:
-            columns, rows = run_select(plan, self._view(database, transaction), params)
+            view = self._view(database, transaction)
+            assert self.catalog.clock is not None
+            columns, rows = run_select(plan, view, params, view.timestamp or self.catalog.clock.now())
         return Result(columns, rows, begun, returned_ts)
 
     def _dml(self, database: Database, plan: Dml, params: dict[str, Any], transaction: Transaction | None, seqno: int, begun: bytes) -> Result:
@@ -231,9 +233,9 @@ class SpannerService:
         if request.partition_token:
             plan = self.partitions.query_part(request, plan)
         if isinstance(plan, sql.ChangeStreamQuery):
+            _check_strong_single_use(request.transaction)
             params = {name: pb_to_python(value) for name, value in request.params.fields.items()}
-            transaction_id = self._selected(request, database)[1] if request.transaction.HasField("begin") else b""
-            yield from self._change_stream(database, plan, params, request.resume_token, transaction_id, context)
+            yield from self._change_stream(database, plan, params, request.resume_token, context)
             return
         result = self._statement(request, database, plan, request.seqno)
         if request.partition_token:
@@ -312,10 +314,13 @@ class SpannerService:
 
     def _change_stream(
         self, database: Database, plan: sql.ChangeStreamQuery, params: dict[str, Any], resume_token: bytes,
-        transaction_id: bytes, context: grpc.ServicerContext,
+        context: grpc.ServicerContext,
     ) -> Iterator[bytes]:
         stream = database.schema.stream(plan.stream)
         function = f"spanner.{plan.function}{plan.stream}" if database.postgres else f"READ_{plan.stream}"
+        if stream is None and database.postgres:  # PostgreSQL looks the function up by name and argument types
+            raise QueryError("NOT_FOUND", f"function {function}(timestamp with time zone, timestamp with time zone, text, bigint, unknown) "
+                                          f"does not exist (no change stream {plan.stream} in {database.name})")  # fmt: skip
         if stream is None:
             raise QueryError("INVALID_ARGUMENT", f"Table-valued function not found: {function} (no change stream {plan.stream} in {database.name})")
         mutable = stream.mutable_key_range
@@ -334,9 +339,6 @@ class SpannerService:
             encoded_metadata = pg_metadata(stream.name)
         else:
             encoded_metadata = GOOGLESQL_METADATA
-        if transaction_id:  # ResultSetMetadata.transaction = Transaction(id=...), appended as one more field
-            transaction = b"\x0a" + wire.varint(len(transaction_id)) + transaction_id
-            encoded_metadata += b"\x12" + wire.varint(len(transaction)) + transaction
 
         stop = threading.Event()
         records = self.engine.query(database.name, stream.name, token, start, end, heartbeat, stop)
@@ -423,3 +425,22 @@ def handlers(service: SpannerService) -> grpc.GenericRpcHandler:
             "BatchWrite": streaming(service.batch_write, BatchWriteRequest),
         },
     )
+
+
+_NOT_STRONG_SINGLE_USE = (
+    "Change stream queries are not supported for multi use transactions. Change stream queries must be strong reads "
+    "executed via single use transactions using the ExecuteStreamingSql API."
+)
+
+
+def _check_strong_single_use(selector: Any) -> None:
+    """Spanner serves a change stream query only in a strong single-use read-only transaction (or none named, which
+    is one): a transaction begun or named, or a stale read, is INVALID_ARGUMENT, in the emulator's words."""
+    which = selector.WhichOneof("selector")
+    if which is None:
+        return
+    if which != "single_use" or selector.single_use.WhichOneof("mode") != READ_ONLY:
+        raise QueryError("INVALID_ARGUMENT", _NOT_STRONG_SINGLE_USE)
+    bound = selector.single_use.read_only.WhichOneof("timestamp_bound")
+    if bound not in (None, "strong"):
+        raise QueryError("INVALID_ARGUMENT", _NOT_STRONG_SINGLE_USE)

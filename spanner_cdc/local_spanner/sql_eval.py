@@ -5,13 +5,20 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from sqlglot import exp
 
 from spanner_cdc.local_spanner.model import QueryError
-from spanner_cdc.local_spanner.values import COMMIT_TIMESTAMP_PLACEHOLDER, normalize, sort_key, type_name
+from spanner_cdc.local_spanner.values import (
+    COMMIT_TIMESTAMP_PLACEHOLDER,
+    format_timestamp,
+    normalize,
+    sort_key,
+    type_name,
+)
 
 Type = dict[str, Any]
 Typed = tuple["Type | None", Any]  # (Spanner JSON type, value in the stored encoding); type None: an untyped NULL
@@ -32,8 +39,12 @@ def unsupported(what: str) -> QueryError:
 class Scope:
     """Names a statement can use: the columns of its one table (and its alias) and the request's parameters."""
 
-    def __init__(self, columns: list[tuple[str, Type]], postgres: bool, params: Mapping[str, Typed], table: str, alias: str | None) -> None:
+    def __init__(
+        self, columns: list[tuple[str, Type]], postgres: bool, params: Mapping[str, Typed], table: str, alias: str | None,
+        now: datetime | None = None,
+    ) -> None:  # fmt: skip
         self.columns = columns
+        self.now = now  # CURRENT_TIMESTAMP: the read's timestamp (one value for the whole query, as Spanner gives)
         self.postgres = postgres
         self.params = params
         self.qualifiers = {q.lower() for q in (table, alias) if q}
@@ -199,6 +210,10 @@ def evaluate(node: exp.Expression, row: Mapping[str, Any], scope: Scope) -> Type
         return _STRING, None if a is None or b is None else str(a) + str(b)
     if is_pending_commit_timestamp(node):
         return _TIMESTAMP, COMMIT_TIMESTAMP_PLACEHOLDER
+    if isinstance(node, exp.CurrentTimestamp):  # GoogleSQL's CURRENT_TIMESTAMP(), PostgreSQL's now() / CURRENT_TIMESTAMP
+        if scope.now is None:
+            raise unsupported("CURRENT_TIMESTAMP outside a read-only read")
+        return _TIMESTAMP, format_timestamp(scope.now)
     raise unsupported(f"The expression {node.sql()!r} ({type(node).__name__})")
 
 

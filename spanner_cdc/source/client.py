@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 EMULATOR_ENV = "SPANNER_EMULATOR_HOST"
 ADMIN_TIMEOUT_S = 30.0  # admin calls are short; a dead server must not hang the CLI for the client's default hour
-DEFAULT_RETENTION = timedelta(days=1)
+DEFAULT_RETENTION = timedelta(days=7)  # Spanner's documented default, when CHANGE_STREAM_OPTIONS lists no retention_period
 DEFAULT_VALUE_CAPTURE_TYPE = "OLD_AND_NEW_VALUES"
 _RETENTION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$", re.IGNORECASE)
 _UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
@@ -39,6 +39,9 @@ POSTGRESQL_STREAM = "select change_stream_name from information_schema.change_st
 POSTGRESQL_OPTIONS = (
     "select option_name, option_value from information_schema.change_stream_options where change_stream_name = $1"
 )
+
+# unquoted names: GoogleSQL ignores their case, PostgreSQL folds them to the lower case its views use
+DIALECT_OPTION = "SELECT OPTION_VALUE FROM INFORMATION_SCHEMA.DATABASE_OPTIONS WHERE OPTION_NAME = 'database_dialect'"
 
 _dialects: dict[str, str] = {}
 _dialects_lock = threading.Lock()
@@ -117,11 +120,34 @@ def detect_dialect(database: Database, configured: str = "auto") -> str:
         response = api.get_database(name=database.name, retry=retry, timeout=ADMIN_TIMEOUT_S)
     except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
         raise source_error(exc, "detecting the SQL dialect", database) from None
-    dialect = POSTGRESQL if response.database_dialect == DatabaseDialect.POSTGRESQL else GOOGLE_STANDARD_SQL
+    if response.database_dialect == DatabaseDialect.POSTGRESQL:
+        dialect = POSTGRESQL
+    elif response.database_dialect == DatabaseDialect.GOOGLE_STANDARD_SQL:
+        dialect = GOOGLE_STANDARD_SQL
+    else:  # unspecified (Google's emulator leaves it so): the database says it in SQL
+        dialect = _dialect_option(database)
     with _dialects_lock:
         _dialects[database.name] = dialect
     log.debug("%s: SQL dialect %s", database.name, dialect)
     return dialect
+
+
+def _dialect_option(database: Database) -> str:
+    """The database_dialect option of INFORMATION_SCHEMA.DATABASE_OPTIONS, by a query valid in both dialects."""
+    try:
+        with database.snapshot() as snap:
+            rows = [list(r) for r in snap.execute_sql(DIALECT_OPTION, timeout=ADMIN_TIMEOUT_S)]
+    except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
+        raise source_error(exc, "detecting the SQL dialect (INFORMATION_SCHEMA.DATABASE_OPTIONS)", database) from None
+    if not rows:  # databases from before the option existed are GoogleSQL, the only dialect then
+        return GOOGLE_STANDARD_SQL
+    value = str(rows[0][0]).upper()
+    if value not in (GOOGLE_STANDARD_SQL, POSTGRESQL):
+        raise SourceError(
+            f"detecting the SQL dialect: {_where(database)} has database_dialect {rows[0][0]!r}; expected "
+            f"{GOOGLE_STANDARD_SQL} or {POSTGRESQL} (or give the dialect: --dialect / SPANNER_CDC_DIALECT)"
+        )
+    return value
 
 
 def parse_retention(value: str) -> timedelta:

@@ -16,6 +16,7 @@ from spanner_cdc.names import MUTABLE_KEY_RANGE, POSTGRESQL
 from spanner_cdc.source.decode.mapper import cached_row_mapper, lazy_decode
 from spanner_cdc.source.decode.postgresql import postgresql_records
 from spanner_cdc.source.decode.proto import proto_row_mapper
+from spanner_cdc.source.out_of_range import CREATION, FUTURE, OTHER, classify
 from spanner_cdc.source.partition_mode import validate_partition_mode
 from spanner_cdc.source.queries import (
     build_query,
@@ -285,11 +286,25 @@ class PartitionReader:
         where = f"{self.stream} {token}"
         message = " ".join(str(exc.message).split())  # the CLI prints errors as one line
         if isinstance(exc, gexc.OutOfRange):
-            return RetentionError(
-                f"{where}: the window start {rfc3339(start)} has left the change stream's retention period "
-                f"or precedes the stream's creation (Spanner: {message}); start at a time within the "
-                f"retention period (a later {setting('start')} / window), or lengthen the stream's retention_period for the future"
-            )
+            found = classify(message)
+            if found.cause == FUTURE:  # Spanner's clock will get there: not a lost window
+                return SourceError(f"{where}: the window start {rfc3339(start)} is ahead of Spanner's clock (Spanner: {message})")
+            if found.cause == OTHER:
+                return SourceError(f"{where}: Spanner rejected the change stream query (OUT_OF_RANGE): {message}")
+            if found.cause == CREATION:
+                created = f" (at {rfc3339(found.earliest)})" if found.earliest else ""
+                error = RetentionError(
+                    f"{where}: the window start {rfc3339(start)} precedes the change stream's creation{created}: there are "
+                    f"no changes before it (Spanner: {message}); start at or after the stream's creation ({setting('start')} / window)"
+                )
+            else:
+                error = RetentionError(
+                    f"{where}: the window start {rfc3339(start)} has left the change stream's retention period "
+                    f"or precedes the stream's creation (Spanner: {message}); start at a time within the "
+                    f"retention period (a later {setting('start')} / window), or lengthen the stream's retention_period for the future"
+                )
+            error.spanner_message = message
+            return error
         if isinstance(exc, gexc.NotFound):
             return NotFound(f"{where}: {message}")
         status = exc.grpc_status_code.name if exc.grpc_status_code is not None else type(exc).__name__

@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from google.api_core import exceptions as gexc
 
+from spanner_cdc.errors import NotFound, SourceError
 from spanner_cdc.names import POSTGRESQL
 from spanner_cdc.source.client import ADMIN_TIMEOUT_S, source_error
 
+# every view read whole (SELECT *) and by column name: the PostgreSQL dialect spells names in lower case, and a
+# stream's `ALL` is a reserved word in both dialects
 _VIEWS = {
-    "tables": "SELECT TABLE_NAME, ALL_COLUMNS FROM INFORMATION_SCHEMA.CHANGE_STREAM_TABLES WHERE CHANGE_STREAM_NAME = {p}",
-    "columns": "SELECT TABLE_NAME, COLUMN_NAME FROM INFORMATION_SCHEMA.CHANGE_STREAM_COLUMNS WHERE CHANGE_STREAM_NAME = {p}",
-    "all": "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION FROM INFORMATION_SCHEMA.COLUMNS",
-    "keys": "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION FROM INFORMATION_SCHEMA.INDEX_COLUMNS "
-    "WHERE INDEX_TYPE = 'PRIMARY_KEY'",
+    "streams": "INFORMATION_SCHEMA.CHANGE_STREAMS WHERE CHANGE_STREAM_NAME = {p}",
+    "tables": "INFORMATION_SCHEMA.CHANGE_STREAM_TABLES WHERE CHANGE_STREAM_NAME = {p}",
+    "columns": "INFORMATION_SCHEMA.CHANGE_STREAM_COLUMNS WHERE CHANGE_STREAM_NAME = {p}",
+    "user_tables": "INFORMATION_SCHEMA.TABLES",
+    "all": "INFORMATION_SCHEMA.COLUMNS",
+    "keys": "INFORMATION_SCHEMA.INDEX_COLUMNS",
 }
 _DEFAULT_SCHEMAS = ("", "public")  # GoogleSQL's unnamed schema, PostgreSQL's public one
+_SYSTEM_SCHEMAS = ("information_schema", "spanner_sys", "pg_catalog")
+_PG_FLAGS = {"YES": True, "NO": False}
+
+Row = dict[str, Any]
+
+
+class NothingToSnapshot(SourceError):
+    """The stream watches no table the snapshot could read."""
 
 
 @dataclass(frozen=True)
@@ -39,23 +51,39 @@ class WatchedTable:
 
 
 def _sql(view: str, dialect: str) -> str:
-    text = _VIEWS[view].format(p="$1" if dialect == POSTGRESQL else "@name")
-    return text.lower().replace("'primary_key'", "'PRIMARY_KEY'") if dialect == POSTGRESQL else text
+    text = "SELECT * FROM " + _VIEWS[view].format(p="$1" if dialect == POSTGRESQL else "@name")
+    return text.lower() if dialect == POSTGRESQL else text
 
 
-def _rows(snapshot: Any, sql: str, stream: str | None, dialect: str) -> list[list[Any]]:
+def _rows(snapshot: Any, sql: str, stream: str | None, dialect: str) -> list[Row]:
+    """The query's rows as {lower-case column name: value}."""
     from google.cloud.spanner_v1 import param_types
 
     if stream is None:
-        return [list(r) for r in snapshot.execute_sql(sql, timeout=ADMIN_TIMEOUT_S)]
-    key = "p1" if dialect == POSTGRESQL else "name"
-    params, types = {key: stream}, {key: param_types.STRING}
-    return [list(r) for r in snapshot.execute_sql(sql, params=params, param_types=types, timeout=ADMIN_TIMEOUT_S)]
+        results = snapshot.execute_sql(sql, timeout=ADMIN_TIMEOUT_S)
+    else:
+        key = "p1" if dialect == POSTGRESQL else "name"
+        params, types = {key: stream}, {key: param_types.STRING}
+        results = snapshot.execute_sql(sql, params=params, param_types=types, timeout=ADMIN_TIMEOUT_S)
+    rows = [list(r) for r in results]
+    names = [field.name.lower() for field in (results.fields or ())]
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def flag(value: Any, dialect: str, column: str) -> bool:
+    """A yes/no column of the change stream views: BOOL in GoogleSQL, the text 'YES' / 'NO' in PostgreSQL."""
+    if dialect == POSTGRESQL and isinstance(value, str) and value in _PG_FLAGS:
+        return _PG_FLAGS[value]
+    if dialect != POSTGRESQL and isinstance(value, bool):
+        return value
+    accepted = "'YES' or 'NO'" if dialect == POSTGRESQL else "a BOOL"
+    raise SourceError(f"INFORMATION_SCHEMA's {column} is {value!r}: expected {accepted} in the {dialect} dialect")
 
 
 def watched_tables(database: Any, stream: str, dialect: str, at: datetime | None = None) -> list[WatchedTable]:
     """The tables the stream watches, each with its key and watched columns, from one multi-use read at `at` (the
-    schema then: a column dropped or a table added since does not change what a snapshot at `at` reads); None: now."""
+    schema then: a column dropped or a table added since does not change what a snapshot at `at` reads); None: now.
+    A stream that watches no table is an error: a snapshot of nothing is not a snapshot."""
     try:
         with database.snapshot(multi_use=True, **({} if at is None else {"read_timestamp": at})) as snap:
             found = {
@@ -63,26 +91,49 @@ def watched_tables(database: Any, stream: str, dialect: str, at: datetime | None
             }
     except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
         raise source_error(exc, f"reading the tables change stream {stream} watches", database) from None
-    return tables_from(found["tables"], found["columns"], found["all"], found["keys"])
+    if not found["streams"]:
+        raise NotFound(f"change stream {stream} does not exist in database {database.name}" + (f" at {at.isoformat()}" if at else ""))
+    tables = tables_from(dialect, found["streams"][0], found["tables"], found["columns"], found["user_tables"], found["all"], found["keys"])
+    if not tables:
+        raise NothingToSnapshot(
+            f"change stream {stream} watches no table of database {database.name}"
+            + (f" at {at.isoformat()}" if at else "")
+            + ": there is nothing to snapshot; add tables to the stream (ALTER CHANGE STREAM ... SET FOR ...) or create them first"
+        )
+    return tables
 
 
 def tables_from(
-    tables: Iterable[Sequence[Any]], chosen: Iterable[Sequence[Any]], columns: Iterable[Sequence[Any]], keys: Iterable[Sequence[Any]]
+    dialect: str, stream: Row, tables: Iterable[Row], chosen: Iterable[Row], user_tables: Iterable[Row], columns: Iterable[Row], keys: Iterable[Row]
 ) -> list[WatchedTable]:
-    """The views' rows -> WatchedTable per watched table (sorted by name)."""
+    """The views' rows -> WatchedTable per watched table (sorted by name). A stream `FOR ALL` has no rows in
+    CHANGE_STREAM_TABLES: it watches every table of the database (INFORMATION_SCHEMA.TABLES, base tables of the
+    user's schemas) whole; otherwise CHANGE_STREAM_TABLES names the tables, and CHANGE_STREAM_COLUMNS the non-key
+    columns of those it does not watch whole."""
     positions: dict[str, dict[str, int]] = {}
-    for schema, table, column, position in columns:
-        if schema in _DEFAULT_SCHEMAS:
-            positions.setdefault(table, {})[column] = int(position)
+    for row in columns:
+        if row["table_schema"] in _DEFAULT_SCHEMAS:
+            positions.setdefault(row["table_name"], {})[row["column_name"]] = int(row["ordinal_position"])
     key_order: dict[str, list[tuple[int, str]]] = {}
-    for schema, table, column, position in keys:
-        if schema in _DEFAULT_SCHEMAS:
-            key_order.setdefault(table, []).append((int(position), column))
+    for row in keys:
+        if row["table_schema"] in _DEFAULT_SCHEMAS and row["index_type"] == "PRIMARY_KEY":
+            key_order.setdefault(row["table_name"], []).append((int(row["ordinal_position"]), row["column_name"]))
     listed: dict[str, set[str]] = {}
-    for table, column in chosen:
-        listed.setdefault(table, set()).add(column)
+    for row in chosen:
+        listed.setdefault(row["table_name"], set()).add(row["column_name"])
+    watched: dict[tuple[str, str], bool] = {}  # (schema, table) -> all its columns
+    if flag(stream["all"], dialect, "CHANGE_STREAMS.ALL"):
+        for row in user_tables:
+            if row["table_type"] == "BASE TABLE" and str(row["table_schema"]).lower() not in _SYSTEM_SCHEMAS:
+                watched[(row["table_schema"], row["table_name"])] = True
+    else:
+        for row in tables:
+            watched[(row["table_schema"], row["table_name"])] = flag(row["all_columns"], dialect, "CHANGE_STREAM_TABLES.ALL_COLUMNS")
+    named = sorted(f"{schema}.{table}" for schema, table in watched if schema not in _DEFAULT_SCHEMAS)
+    if named:  # their mods name them schema-qualified: not read here rather than read under the wrong name
+        raise SourceError(f"tables in named schemas are not supported by the snapshot: {', '.join(named)}")
     out = []
-    for table, all_columns in sorted((str(t), bool(a)) for t, a in tables):
+    for (_, table), all_columns in sorted(watched.items(), key=lambda item: item[0][1]):
         table_positions = positions.get(table, {})
         key_names = tuple(name for _, name in sorted(key_order.get(table, [])))
         wanted = None if all_columns else listed.get(table, set())

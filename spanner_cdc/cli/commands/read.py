@@ -23,6 +23,7 @@ from spanner_cdc.model.records import (
     PartitionStartRecord,
     dispatch,
 )
+from spanner_cdc.source.out_of_range import CREATION, classify
 from spanner_cdc.times import parse_rfc3339, rfc3339
 
 ORDER = 20
@@ -149,9 +150,15 @@ def handle(args: argparse.Namespace) -> int:
     try:
         write_records(records, args.format, sys.stdout)
     except RetentionError as exc:
-        created = f", created {rfc3339(metadata.created_at)}" if metadata.created_at else ""
+        found = classify(exc.spanner_message, metadata.retention)
+        created_at = metadata.created_at or (found.earliest if found.cause == CREATION else None)
+        created = f", created {rfc3339(created_at)}" if created_at else ""
+        said = str(exc)
+        if found.cause == CREATION and classify(exc.spanner_message).cause != CREATION:
+            # Spanner's words did not say it; its earliest readable time, well inside the retention, does
+            said = f"{metadata.name}: --start {rfc3339(start)} precedes the change stream's creation: there are no changes before it (Spanner: {exc.spanner_message}); start at or after the stream's creation"
         raise RetentionError(
-            f"{exc} [stream {metadata.name}: retention_period {format_retention(metadata.retention)}{created}]"
+            f"{said} [stream {metadata.name}: retention_period {format_retention(metadata.retention)}{created}]"
         ) from None
     except BrokenPipeError:  # `| head`: the reader of our output is gone, which is not an error
         devnull = os.open(os.devnull, os.O_WRONLY)

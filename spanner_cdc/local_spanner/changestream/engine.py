@@ -32,6 +32,14 @@ STALE_TIMESTAMP_SECONDS = 2.0
 MUTABLE_MAX_RANGE_US = 30 * 60 * 1_000_000  # a MUTABLE_KEY_RANGE query reads at most 30 minutes
 
 
+
+def bad_token(token: str, stream: str) -> str:
+    """A query's unknown partition token: INVALID_ARGUMENT, in the words of Google's emulator (and the name here)."""
+    return (
+        "Specified partition_token is invalid, as it does not belong to the Change Stream associated with the TVF. "
+        f"Received partition_token: {token} (change stream {stream} has no partition {token!r})."
+    )
+
 class ChangeStreamEngine:
     """Thread-safe. commit() must be called in commit timestamp order (the server's commit lock)
     for every commit, also those without tracked changes, so readers learn that time has passed."""
@@ -182,8 +190,8 @@ class ChangeStreamEngine:
         with self.cond:
             state = self._stream(db, stream)
             if not 1000 <= heartbeat_ms <= 300_000:
-                raise QueryError(
-                    "INVALID_ARGUMENT",
+                raise QueryError(  # OUT_OF_RANGE, as Google's emulator answers
+                    "OUT_OF_RANGE",
                     f"heartbeat_milliseconds={heartbeat_ms} is out of range: it must be between 1000 and 300000",
                 )
             start_us = to_us(start)
@@ -212,7 +220,7 @@ class ChangeStreamEngine:
                 return read_roots(self, state, start_us, stop)
             partition = state.partitions.get(token)
             if partition is None:
-                raise QueryError("NOT_FOUND", f"partition token {token!r} does not exist in change stream {stream}")
+                raise QueryError("INVALID_ARGUMENT", bad_token(token, stream))
         return read_partition(self, state, partition, start_us, end_us, heartbeat_ms * 1000, stop)
 
     def _mutable_query(
@@ -235,7 +243,7 @@ class ChangeStreamEngine:
             return read_mutable_roots(self, state, start, stop)
         owner = view(state).owners.get(token)
         if owner is None:
-            raise QueryError("NOT_FOUND", f"partition token {token!r} does not exist in change stream {name}")
+            raise QueryError("INVALID_ARGUMENT", bad_token(token, name))
         if start < owner.start or (owner.end is not None and start > owner.end):
             alive = f"{from_us(owner.start).isoformat()} to {'now' if owner.end is None else from_us(owner.end).isoformat()}"
             raise QueryError(

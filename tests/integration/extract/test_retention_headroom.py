@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 STREAM = "HeadroomStream"
 HOUR = timedelta(hours=1)
-DAY = 86_400  # the stream's retention_period: Spanner's default (and minimum), 1d
+DAY = 86_400  # the stream's retention_period: Spanner's minimum, 1d
 FAST = 7200.0  # server seconds per real second while the clock is advanced
 
 
@@ -62,6 +62,7 @@ def test_headroom_under_the_threshold_shows_in_metrics_the_ui_and_the_alerts_unt
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.host)
     database = create_database(server.host, PROJECT, INSTANCE, unique_database_id("h"), (), "GOOGLE_STANDARD_SQL")
     workload.setup_database(database, "GOOGLE_STANDARD_SQL", STREAM)
+    database.update_ddl([f"ALTER CHANGE STREAM {STREAM} SET OPTIONS (retention_period = '1d')"]).result(60)
     workload.run_workload(database, transactions=20, seed=3, ground_truth=tmp_path / "truth.jsonl")
     start = hour_of(server_now(server))
     advance(server, start + HOUR + timedelta(minutes=1))

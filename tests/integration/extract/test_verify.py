@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(53)]
 STREAM = "verified"
 DDL = [
     "CREATE TABLE Accounts (Id INT64 NOT NULL, Owner STRING(MAX), Balance INT64, Opened TIMESTAMP) PRIMARY KEY (Id)",
-    f"CREATE CHANGE STREAM {STREAM} FOR ALL",
+    f"CREATE CHANGE STREAM {STREAM} FOR ALL OPTIONS (retention_period = '1d')",  # the shortest: a day passes in seconds
 ]
 COLUMNS = ["Id", "Owner", "Balance", "Opened"]
 

@@ -12,7 +12,7 @@ from google.api_core import exceptions
 from google.cloud import spanner
 
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from tests.integration.local_spanner.reading import data_records, query_partition, read_stream
+from tests.integration.local_spanner.reading import GOOGLESQL_QUERY, data_records, query_partition, read_stream
 
 pytestmark = pytest.mark.integration
 
@@ -96,19 +96,28 @@ def test_every_partition_read_through_split_and_merge_matches_the_writes(
     assert all(r["value_capture_type"] == "OLD_AND_NEW_VALUES" for r in records)
 
 
+QUERY_TYPES = {"start": spanner.param_types.TIMESTAMP, "end": spanner.param_types.TIMESTAMP, "token": spanner.param_types.STRING,
+               "heartbeat": spanner.param_types.INT64}  # fmt: skip
+
+
 def test_query_errors_are_spanner_statuses(make_spanner_database: Any) -> None:
     database = make_spanner_database(["CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)", "CREATE CHANGE STREAM S FOR ALL"])
     now = datetime.now(UTC)
-    with pytest.raises(exceptions.InvalidArgument, match="heartbeat_milliseconds=500"):
+    with pytest.raises(exceptions.OutOfRange, match="heartbeat_milliseconds=500"):
         query_partition(database, "S", now, now, None, postgres=False, heartbeat_ms=500)
     with pytest.raises(exceptions.InvalidArgument, match="end_timestamp .* is before start_timestamp"):
         query_partition(database, "S", now, now - timedelta(seconds=1), None, postgres=False)
-    with pytest.raises(exceptions.NotFound, match="partition token 'nope' does not exist"):
+    with pytest.raises(exceptions.InvalidArgument, match="Specified partition_token is invalid.*Received partition_token: nope"):
         query_partition(database, "S", now, now, "nope", postgres=False)
     with pytest.raises(exceptions.InvalidArgument, match="Table-valued function not found: READ_Missing"):
         query_partition(database, "Missing", now, now, None, postgres=False)
     with pytest.raises(exceptions.OutOfRange, match="before change stream S was created"):
         query_partition(database, "S", now - timedelta(hours=1), now, None, postgres=False)
+    not_strong = "Change stream queries must be strong reads executed via single use transactions"
+    for stale in ({"exact_staleness": timedelta(seconds=1)}, {"read_timestamp": now}, {"multi_use": True}):
+        with pytest.raises(exceptions.InvalidArgument, match=not_strong), database.snapshot(**stale) as snapshot:
+            list(snapshot.execute_sql(GOOGLESQL_QUERY.format(stream="S"), params={"start": now, "end": now, "token": None, "heartbeat": 1000},
+                                      param_types=QUERY_TYPES))
 
 
 def test_a_query_with_an_end_in_the_future_waits_for_it_and_heartbeats(make_spanner_database: Any) -> None:

@@ -44,7 +44,7 @@ def test_dialect_and_stream_metadata(local_spanner: LocalSpanner, dialect: str, 
     assert detect_dialect(database, "auto") == dialect  # cached: once per database
 
     default = stream_metadata(database, plain, dialect)
-    assert (default.name, default.retention, default.value_capture_type) == (plain, timedelta(days=1), "OLD_AND_NEW_VALUES")
+    assert (default.name, default.retention, default.value_capture_type) == (plain, timedelta(days=7), "OLD_AND_NEW_VALUES")
     options = stream_metadata(database, tuned, dialect)
     assert (options.retention, options.value_capture_type) == (timedelta(hours=36), "NEW_ROW")
     for meta in (default, options):

@@ -178,13 +178,13 @@ def test_start_before_retention_is_out_of_range_naming_the_earliest() -> None:
     assert "retention" in str(error.value) and (now - timedelta(hours=1)).isoformat() in str(error.value)
 
 
-def test_unknown_stream_and_token_are_not_found_naming_them() -> None:
+def test_unknown_stream_is_not_found_and_unknown_token_invalid_naming_them() -> None:
     engine, clock, _, created, token = setup()
     with pytest.raises(QueryError) as stream:
         engine.query(DB, "Nope", None, created, None, 1000, threading.Event())
     with pytest.raises(QueryError) as bad_token:
         engine.query(DB, "s", "no-such-token", created, None, 1000, threading.Event())
-    assert (stream.value.code, bad_token.value.code) == ("NOT_FOUND", "NOT_FOUND")
+    assert (stream.value.code, bad_token.value.code) == ("NOT_FOUND", "INVALID_ARGUMENT")  # the token: as Spanner says
     assert "Nope" in str(stream.value) and "no-such-token" in str(bad_token.value)
 
 

@@ -70,7 +70,7 @@ def test_change_stream_definitions_track_tables_columns_and_options() -> None:
     assert effects[0] == ("tables",)
     everything, some, nothing = schema.streams["Everything"], schema.streams["Some"], schema.streams["Nothing"]
     assert everything.tables is None and everything.created_at == T0 + timedelta(seconds=2)
-    assert everything.value_capture_type == "OLD_AND_NEW_VALUES" and everything.retention == timedelta(days=1)
+    assert everything.value_capture_type == "OLD_AND_NEW_VALUES" and everything.retention == timedelta(days=7)
     # GoogleSQL names resolve case-insensitively to the declared spelling
     assert some.tables == {"Singers": ("Name",), "Albums": None}
     assert some.value_capture_type == "NEW_ROW" and some.retention == timedelta(hours=36)
@@ -87,7 +87,7 @@ def test_alter_and_drop_change_stream() -> None:
     assert stream.tables is None and stream.value_capture_type == "NEW_VALUES" and stream.retention == timedelta(days=2)
     assert stream.created_at == created  # altering keeps the creation time
     apply_all(schema, "ALTER CHANGE STREAM S SET OPTIONS (retention_period = NULL)", "ALTER CHANGE STREAM S DROP FOR ALL")
-    assert schema.streams["S"].retention == timedelta(days=1) and schema.streams["S"].tables == {}
+    assert schema.streams["S"].retention == timedelta(days=7) and schema.streams["S"].tables == {}
     assert apply_all(schema, "DROP CHANGE STREAM S") == [("drop_stream", "S")]
     assert schema.streams == {}
 

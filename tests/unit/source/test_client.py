@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
+from google.cloud.spanner_admin_database_v1 import DatabaseDialect
 
 from spanner_cdc.errors import SourceError
-from spanner_cdc.source.client import detect_dialect, format_retention, parse_retention, stream_created_at
+from spanner_cdc.source.client import (
+    DIALECT_OPTION,
+    detect_dialect,
+    format_retention,
+    parse_retention,
+    stream_created_at,
+)
 
 
 @pytest.mark.parametrize(
@@ -84,3 +92,50 @@ def test_unavailable_ddl_history_means_unknown_creation_time() -> None:
 @pytest.mark.parametrize("configured", ["GOOGLE_STANDARD_SQL", "postgresql"])
 def test_a_configured_dialect_asks_nothing(configured: str) -> None:
     assert detect_dialect(object(), configured) == configured.upper()  # type: ignore[arg-type]
+
+
+class DialectAsked:
+    """A database whose GetDatabase answers `dialect` and whose DATABASE_OPTIONS holds `option` (None: no row)."""
+
+    def __init__(self, dialect: int, option: str | None, name: str = "") -> None:
+        self.name = name or f"projects/p/instances/i/databases/d{id(self)}"
+        self.option, self.sql = option, list[str]()
+        answer = SimpleNamespace(database_dialect=dialect)
+        admin = SimpleNamespace(get_database=lambda **_: answer)
+        self._instance = SimpleNamespace(_client=SimpleNamespace(database_admin_api=admin))
+
+    def snapshot(self) -> Any:
+        database = self
+
+        class Snap:
+            def __enter__(self) -> Any:
+                return self
+
+            def __exit__(self, *exc: Any) -> None:
+                return None
+
+            def execute_sql(self, sql: str, **_: Any) -> list[list[str]]:
+                database.sql.append(sql)
+                return [] if database.option is None else [[database.option]]
+
+        return Snap()
+
+
+@pytest.mark.parametrize(("given", "option", "expected"), [
+    (DatabaseDialect.POSTGRESQL, None, "POSTGRESQL"),
+    (DatabaseDialect.GOOGLE_STANDARD_SQL, None, "GOOGLE_STANDARD_SQL"),
+    (DatabaseDialect.DATABASE_DIALECT_UNSPECIFIED, "POSTGRESQL", "POSTGRESQL"),
+    (DatabaseDialect.DATABASE_DIALECT_UNSPECIFIED, "GOOGLE_STANDARD_SQL", "GOOGLE_STANDARD_SQL"),
+    (DatabaseDialect.DATABASE_DIALECT_UNSPECIFIED, None, "GOOGLE_STANDARD_SQL"),
+])  # fmt: skip
+def test_an_unspecified_dialect_is_read_from_database_options(given: int, option: str | None, expected: str) -> None:
+    # Google's emulator answers GetDatabase of a PostgreSQL database with DATABASE_DIALECT_UNSPECIFIED
+    database = DialectAsked(given, option)
+    assert detect_dialect(database, "auto") == expected  # type: ignore[arg-type]
+    asked = given == DatabaseDialect.DATABASE_DIALECT_UNSPECIFIED
+    assert database.sql == ([DIALECT_OPTION] if asked else [])
+
+
+def test_an_unknown_dialect_option_is_a_source_error() -> None:
+    with pytest.raises(SourceError, match="database_dialect 'KLINGON'; expected GOOGLE_STANDARD_SQL or POSTGRESQL"):
+        detect_dialect(DialectAsked(DatabaseDialect.DATABASE_DIALECT_UNSPECIFIED, "KLINGON"), "auto")  # type: ignore[arg-type]

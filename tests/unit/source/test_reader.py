@@ -148,6 +148,23 @@ def test_out_of_range_is_a_retention_error_that_says_what_to_do() -> None:
     assert len(db.calls) == 1
 
 
+def test_out_of_range_that_names_the_streams_creation_says_the_stream_was_created_later() -> None:
+    said = "start_timestamp 2022-09-27T12:00:00+00:00 is before change stream Orders was created; the earliest allowed is 2022-09-28T08:00:00.5+00:00"
+    db = FakeDatabase("POSTGRESQL", HISTORY, failures=[(0, gexc.OutOfRange(said))])
+    with pytest.raises(RetentionError) as info:
+        list(reader(db).read("tok", START, END))
+    message = str(info.value)
+    assert message.startswith("Orders tok: the window start 2022-09-27T12:00:00.000000Z precedes the change stream's creation (at 2022-09-28T08:00:00.500000Z)")
+    assert "retention period" not in message and info.value.spanner_message == said
+
+
+def test_out_of_range_for_a_start_ahead_of_spanners_clock_is_not_a_retention_error() -> None:
+    db = FakeDatabase("POSTGRESQL", HISTORY, failures=[(0, gexc.OutOfRange("Specified start_timestamp is too far in the future."))])
+    with pytest.raises(SourceError, match="is ahead of Spanner's clock") as info:
+        list(reader(db).read("tok", START, END))
+    assert not isinstance(info.value, RetentionError)  # Spanner's clock gets there: a retry can read it
+
+
 def test_invalid_argument_and_not_found_carry_spanners_message() -> None:
     db = FakeDatabase("POSTGRESQL", HISTORY, failures=[(0, gexc.InvalidArgument("bad token zzz"))])
     with pytest.raises(SourceError, match=r"Orders tok: .*INVALID_ARGUMENT.*bad token zzz"):
