@@ -25,7 +25,7 @@ INSTALL_HINT = (
 # A partition token lives TOKEN_ALIVE_SECONDS to twice that before the emulator splits or merges it (its default is
 # 20-40 s): the suite and the demo see several lineage changes within a minute. docker-compose.yml's emulator profile
 # passes the same value to the image's gateway (tests/unit/test_compose.py holds them equal).
-TOKEN_ALIVE_SECONDS = 5
+TOKEN_ALIVE_SECONDS = 2
 EMULATOR_FLAGS = (f"--override_change_stream_partition_token_alive_seconds={TOKEN_ALIVE_SECONDS}",)
 _READY = "Server address: "
 

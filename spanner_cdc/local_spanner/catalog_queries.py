@@ -60,6 +60,18 @@ def view_columns(view: str, postgres: bool) -> Columns:
     return [(name, _BOOL if type_ is _FLAG else type_) for name, type_ in VIEWS[view]]
 
 
+_PG_NAMES = {"INT64": "bigint", "BOOL": "boolean", "FLOAT64": "double precision", "FLOAT32": "real", "TIMESTAMP": "timestamp with time zone",
+              "DATE": "date", "BYTES": "bytea", "JSON": "jsonb", "NUMERIC": "numeric", "STRING": "character varying"}  # fmt: skip
+
+
+def pg_type_name(type_: dict[str, Any]) -> str:
+    """A PostgreSQL column's type as its SPANNER_TYPE shows it: the full name (character varying, not varchar)."""
+    if type_["code"] == "ARRAY":
+        return pg_type_name(type_["array_element_type"]) + "[]"
+    length = type_.get("_max_length")
+    return _PG_NAMES[type_["code"]] + (f"({length})" if length is not None else "")
+
+
 def _flag(value: bool, postgres: bool) -> bool | str:
     """A yes/no column of the change stream views: BOOL in GoogleSQL, the text 'YES' / 'NO' in PostgreSQL."""
     return ("YES" if value else "NO") if postgres else value
@@ -121,7 +133,7 @@ def view_rows(database: Database, view: str, schema: Schema | None = None) -> li
         for table in schema.tables.values():
             for position, column in enumerate(table.columns, 1):
                 rows.append({**base, "TABLE_NAME": table.name, "COLUMN_NAME": column.name, "ORDINAL_POSITION": str(position),
-                             "IS_NULLABLE": "NO" if column.not_null else "YES", "SPANNER_TYPE": column.sql_type,
+                             "IS_NULLABLE": "NO" if column.not_null else "YES", "SPANNER_TYPE": pg_type_name(column.type) if database.postgres else column.sql_type,
                              "IS_GENERATED": "ALWAYS" if column.generated else "NEVER", "GENERATION_EXPRESSION": column.generated or None,
                              "IS_STORED": "YES" if column.generated else None})
     elif view == "INDEX_COLUMNS":

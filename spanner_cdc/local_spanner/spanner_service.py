@@ -318,6 +318,9 @@ class SpannerService:
     ) -> Iterator[bytes]:
         stream = database.schema.stream(plan.stream)
         function = f"spanner.{plan.function}{plan.stream}" if database.postgres else f"READ_{plan.stream}"
+        if stream is None and database.postgres:  # PostgreSQL looks the function up by name and argument types
+            raise QueryError("NOT_FOUND", f"function {function}(timestamp with time zone, timestamp with time zone, text, bigint, unknown) "
+                                          f"does not exist (no change stream {plan.stream} in {database.name})")  # fmt: skip
         if stream is None:
             raise QueryError("INVALID_ARGUMENT", f"Table-valued function not found: {function} (no change stream {plan.stream} in {database.name})")
         mutable = stream.mutable_key_range

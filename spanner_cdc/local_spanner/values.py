@@ -108,6 +108,31 @@ def _reserialised_json(text: str) -> str:
 _canonical_small_json = lru_cache(maxsize=4096)(_reserialised_json)
 
 
+def _pg_numeric(text: str) -> str:
+    """PostgreSQL's numeric keeps the scale it was given (12.3400), unlike GoogleSQL's NUMERIC."""
+    number = Decimal(text)
+    if number.is_nan():
+        return "NaN"
+    if not number.is_finite():
+        raise ValueError(text)
+    return format(number.copy_abs() if number.is_zero() else number, "f")
+
+
+def _jsonb_ordered(value: Any) -> Any:
+    if isinstance(value, dict):  # jsonb orders an object's keys by length, then bytewise
+        return {k: _jsonb_ordered(value[k]) for k in sorted(value, key=lambda k: (len(k.encode()), k.encode()))}
+    if isinstance(value, list):
+        return [_jsonb_ordered(v) for v in value]
+    return value
+
+
+@lru_cache(maxsize=4096)
+def _pg_jsonb(text: str) -> str:
+    """jsonb's text as PostgreSQL (and Spanner's PostgreSQL dialect) prints it: keys by length, then bytewise;
+    ', ' and ': ' between items."""
+    return json.dumps(_jsonb_ordered(json.loads(text)), separators=(", ", ": "), ensure_ascii=False)
+
+
 def normalize(type_: dict[str, Any], value: Any, where: str) -> Any:
     """A value received on the wire (already pb_to_python'd) in change stream JSON encoding; raises QueryError."""
     if value is None:
@@ -163,9 +188,9 @@ def normalize(type_: dict[str, Any], value: Any, where: str) -> Any:
         if code == "DATE":
             return date.fromisoformat(value).isoformat()
         if code == "NUMERIC":
-            return _canonical_numeric(value)
+            return _pg_numeric(value) if type_.get("type_annotation") == "PG_NUMERIC" else _canonical_numeric(value)
         if code == "JSON":
-            return _canonical_json(value)
+            return _pg_jsonb(value) if type_.get("type_annotation") == "PG_JSONB" else _canonical_json(value)
     except QueryError:
         raise
     except (ValueError, TypeError, InvalidOperation, binascii.Error, OverflowError) as exc:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from spanner_cdc.times import parse_rfc3339
 
-CREATION, RETENTION, FUTURE = "creation", "retention", "future"
+CREATION, RETENTION, FUTURE, OTHER = "creation", "retention", "future", "other"
 # Spanner (and Google's emulator) name the earliest start they accept: max(the stream's creation, now - retention).
 # One this much later than the retention's edge is the stream's creation; the margin absorbs the clocks' skew.
 CREATION_MARGIN = timedelta(minutes=5)
@@ -17,11 +17,12 @@ _EARLIEST = re.compile(
 )
 _CREATED = re.compile(r"\bcreat(?:ed|ion)\b", re.IGNORECASE)
 _FUTURE = re.compile(r"\bfuture\b", re.IGNORECASE)
+_HEARTBEAT = re.compile(r"heartbeat_milliseconds", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class OutOfRange:
-    cause: str  # CREATION, RETENTION or FUTURE
+    cause: str  # CREATION, RETENTION, FUTURE or OTHER
     earliest: datetime | None  # the earliest start Spanner accepts, when its message names it (CREATION: the creation)
 
 
@@ -35,6 +36,8 @@ def classify(message: str, retention: timedelta | None = None, now: datetime | N
             earliest = parse_rfc3339(match.group(1))
         except ValueError:
             earliest = None
+    if _HEARTBEAT.search(message):  # Google's emulator answers a heartbeat_milliseconds out of its range so
+        return OutOfRange(OTHER, None)
     if _FUTURE.search(message):
         return OutOfRange(FUTURE, earliest)
     if _CREATED.search(message):

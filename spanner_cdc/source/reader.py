@@ -15,7 +15,7 @@ from spanner_cdc.model.records import ChangeRecord, DataChangeRecord, HeartbeatR
 from spanner_cdc.names import MUTABLE_KEY_RANGE
 from spanner_cdc.source.decode.mapper import cached_row_mapper, lazy_decode
 from spanner_cdc.source.decode.proto import proto_row_mapper
-from spanner_cdc.source.out_of_range import CREATION, FUTURE, classify
+from spanner_cdc.source.out_of_range import CREATION, FUTURE, OTHER, classify
 from spanner_cdc.source.partition_mode import validate_partition_mode
 from spanner_cdc.source.queries import (
     build_query,
@@ -248,6 +248,8 @@ class PartitionReader:
             found = classify(message)
             if found.cause == FUTURE:  # Spanner's clock will get there: not a lost window
                 return SourceError(f"{where}: the window start {rfc3339(start)} is ahead of Spanner's clock (Spanner: {message})")
+            if found.cause == OTHER:
+                return SourceError(f"{where}: Spanner rejected the change stream query (OUT_OF_RANGE): {message}")
             if found.cause == CREATION:
                 created = f" (at {rfc3339(found.earliest)})" if found.earliest else ""
                 error = RetentionError(

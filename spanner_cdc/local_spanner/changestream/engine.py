@@ -190,8 +190,8 @@ class ChangeStreamEngine:
         with self.cond:
             state = self._stream(db, stream)
             if not 1000 <= heartbeat_ms <= 300_000:
-                raise QueryError(
-                    "INVALID_ARGUMENT",
+                raise QueryError(  # OUT_OF_RANGE, as Google's emulator answers
+                    "OUT_OF_RANGE",
                     f"heartbeat_milliseconds={heartbeat_ms} is out of range: it must be between 1000 and 300000",
                 )
             start_us = to_us(start)

@@ -103,7 +103,7 @@ QUERY_TYPES = {"start": spanner.param_types.TIMESTAMP, "end": spanner.param_type
 def test_query_errors_are_spanner_statuses(make_spanner_database: Any) -> None:
     database = make_spanner_database(["CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)", "CREATE CHANGE STREAM S FOR ALL"])
     now = datetime.now(UTC)
-    with pytest.raises(exceptions.InvalidArgument, match="heartbeat_milliseconds=500"):
+    with pytest.raises(exceptions.OutOfRange, match="heartbeat_milliseconds=500"):
         query_partition(database, "S", now, now, None, postgres=False, heartbeat_ms=500)
     with pytest.raises(exceptions.InvalidArgument, match="end_timestamp .* is before start_timestamp"):
         query_partition(database, "S", now, now - timedelta(seconds=1), None, postgres=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from spanner_cdc.source.out_of_range import CREATION, FUTURE, RETENTION, classify
+from spanner_cdc.source.out_of_range import CREATION, FUTURE, OTHER, RETENTION, classify
 
 NOW = datetime(2026, 12, 6, 6, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -45,3 +45,8 @@ def test_a_start_ahead_of_spanners_clock_is_neither() -> None:
 def test_a_message_without_times_is_the_retention() -> None:
     found = classify("start_timestamp is too far in the past", DAY, NOW)
     assert (found.cause, found.earliest) == (RETENTION, None)
+
+
+def test_a_heartbeat_out_of_range_is_not_about_the_start() -> None:
+    said = "heartbeat_milliseconds must be within min 100 and max 300000. Received heartbeat_milliseconds: 10."
+    assert classify(said, DAY, NOW).cause == OTHER
