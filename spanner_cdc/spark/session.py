@@ -76,10 +76,9 @@ def log4j2_config() -> Path:
     return path
 
 
-# The driver JVM's optimizing compiler (C2) takes a method only after 10x the calls and loops it takes by default.
-# A driver lives for one extract: at 1,000 small partitions C2's threads used ~11 of its JVM's ~19 s of CPU compiling
-# code that ran a few thousand times (5 s with these), and even a long Spark check of 62 x 100,000 rows ran faster
-# (79 -> 62 s: less compiling beside it). C1 still compiles hot code early; `python -m bench.bench_check`.
+# The driver JVM's optimizing compiler (C2) takes a method only after 10x the calls and loops it takes by default: a
+# driver lives for one extract, and C2 otherwise spends much of its JVM's CPU compiling code that runs a few thousand
+# times; C1 still compiles hot code early (`python -m bench.bench_check`, `python -m bench.bench_scale`).
 JIT_OPTIONS = (
     "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
     "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
