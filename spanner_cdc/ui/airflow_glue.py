@@ -20,15 +20,16 @@ def airflow_authorize() -> Callable[..., None]:
     """A FastAPI dependency: the caller must be an authenticated Airflow user allowed to read DAG runs.
 
     Plugin apps are mounted without any protection, so every route depends on this. Airflow's own
-    `get_user` resolves the JWT from the Authorization header or the UI's session cookie (401 when
+    `get_user` (compat.airflow) resolves the JWT from the Authorization header or the UI's session cookie (401 when
     missing or expired, 403 when invalid); the auth manager then decides on DAG-run read access.
     """
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-    from airflow.api_fastapi.core_api.security import get_user
     from fastapi import Depends, HTTPException
 
-    def authorize(user: Any = Depends(get_user)) -> None:  # noqa: B008 - FastAPI's dependency idiom
+    from spanner_cdc.compat.airflow import api_server_user
+
+    def authorize(user: Any = Depends(api_server_user())) -> None:  # noqa: B008 - FastAPI's dependency idiom
         allowed = get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN, user=user)
         if not allowed:
             raise HTTPException(status_code=403, detail=FORBIDDEN)

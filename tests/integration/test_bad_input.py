@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,7 +21,6 @@ from sqlalchemy.engine import make_url
 from spanner_cdc.devstack import workload
 from spanner_cdc.devstack.spanner_server import LocalSpanner, create_database
 from spanner_cdc.settings import Settings, subprocess_env
-from spanner_cdc.spark import fast_start
 from spanner_cdc.store import MetadataStore
 from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 
@@ -196,10 +192,6 @@ def test_a_bad_input_gets_one_line_and_changes_nothing(
             namespace="bad_input", home=tmp / "home",
         )  # fmt: skip
         env = subprocess_env(settings, **case.env)
-        if name == "Spanner emulator host on a closed port":
-            # slow to fail (the client's 30 s), so the Spark session started in the background is up first: as on a
-            # new machine's first run, with no start cache yet, whose writing begins in the background and logs so
-            env[fast_start.CACHE_ENV] = str(tmp_path / "spark-cache")
         if case.config is not None:
             (tmp / "cdc.toml").write_text(case.config)
             env["SPANNER_CDC_CONFIG"] = str(tmp / "cdc.toml")
@@ -212,11 +204,7 @@ def test_a_bad_input_gets_one_line_and_changes_nothing(
             start = datetime.now(UTC)
             argv = [*argv[:1], "--window-start", start.isoformat(), "--window-end", (start + timedelta(seconds=10)).isoformat(),
                     *argv[len(WINDOW) + 1:]]  # fmt: skip
-        if name == "Spanner emulator host on a closed port":
-            with stopping_archive_writer(tmp_path / "spark-cache"):
-                result = run(argv, env, place)
-        else:
-            result = run(argv, env, place)
+        result = run(argv, env, place)
 
         lines = result.stderr.splitlines()
         assert len(lines) == 1, result.stderr
@@ -231,35 +219,6 @@ def test_a_bad_input_gets_one_line_and_changes_nothing(
         assert files_under(place.output_root) == lake_before
         if name == "output root that is a file":
             assert place.output_root.read_text() == "not a directory\n"
-
-
-@contextmanager
-def stopping_archive_writer(cache: Path) -> Iterator[None]:
-    """The class archive's writer the run starts in the background (it logs there) stopped, with its JVM, as soon as
-    it holds its lock: it has nothing left to show here and would spend half a minute of CPU writing an archive no test
-    maps. After the block, a writer must have been started."""
-    done = threading.Event()
-
-    def stop_writers() -> None:
-        for lock in cache.glob("driver-classes-*.writing"):
-            try:
-                os.killpg(int(lock.read_text()), signal.SIGKILL)  # its own session: the writer and its driver's JVM
-            except (ValueError, ProcessLookupError):  # the lock is not written yet, or its writer has ended
-                pass
-
-    def watch() -> None:
-        while not done.wait(0.2):
-            stop_writers()
-
-    watcher = threading.Thread(target=watch, name="archive-writer-stopper", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()
-        stop_writers()
-    assert list(cache.glob("driver-classes-*.log")), f"no class archive writer was started in {cache}"
 
 
 def counting_java(root: Path) -> tuple[Path, Path]:

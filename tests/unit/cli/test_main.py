@@ -143,7 +143,7 @@ cli.run()
 
 
 def test_the_command_ends_with_mains_code_after_its_threads_its_exit_hooks_and_all_its_output(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """`run` (the installed command, `python -m spanner_cdc`) skips the interpreter's teardown, not its exit steps."""
+    """`run` (the installed command, `python -m spanner_cdc`) ends as an interpreter's exit: threads, hooks, output."""
     import os
     import subprocess
     import sys
