@@ -328,6 +328,8 @@ def test_the_backfill_form_refuses_bad_values_before_reading_anything(
 
     assert str(refused.value).startswith("backfill refused: " + message)
     assert "\n" not in str(refused.value) and SECRET not in str(refused.value)
+    # the task log's line, with no chained traceback of where in the checks the refusal was found
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__
     assert row_counts(secret_url) == rows_before
     assert not (tmp_path / "lake").exists()
 
