@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from html import escape
@@ -202,6 +202,7 @@ def render_stream(
     now: datetime,
     query: StreamQuery | None = None,
     headroom_warning: float = DEFAULT_HEADROOM_WARNING,
+    run_href: Callable[[datetime], str] | None = None,
 ) -> str:
     """The first screen holds the cards, the open windows, the stuck tokens and the live frontier; the last verify,
     the graph by time, all windows and all partitions (paged, searchable) follow."""
@@ -235,7 +236,7 @@ def render_stream(
         f"right, where the graph opens; finished partitions of older windows are folded into a box at the top of their "
         f"column (follow it to draw them).</p>"
         f"{legend_svg()}<div class=graph>{graph}</div>"
-        f"<h2>Windows</h2>{tables.windows_table(view, query.windows_page, href)}"
+        f"<h2>Windows</h2>{tables.windows_table(view, query.windows_page, href, run_href)}"
         f"<h2 id=all-partitions>Partitions</h2>{_search_form(query, ln.namespace)}"
         f"{tables.partitions_table(view, query.page, href, query.q, query.state)}"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from html import escape
 from typing import TypeVar
 
@@ -158,7 +159,15 @@ def _check_cell(window: WindowView) -> str:
             f"<span class=muted>{_e(window.check_text)}</span></details>")
 
 
-def windows_table(view: StreamView, requested: int, href: Href) -> str:
+def _run_cell(window: WindowView, run_href: Callable[[datetime], str] | None) -> str:
+    if run_href is None:
+        return "<td class=muted>—</td>"
+    # the UI is framed by Airflow's: the run's page replaces the whole window
+    return f'<td><a href="{_e(run_href(window.start))}" target=_top data-run-link>DAG run</a></td>'
+
+
+def windows_table(view: StreamView, requested: int, href: Href, run_href: Callable[[datetime], str] | None = None) -> str:
+    """Every window, newest first; `run_href(start)` links each to the DAG run of its window (the live lineage's)."""
     if not view.windows:
         return "<p>No window yet.</p>"
     newest_first = sorted(view.windows, key=lambda w: w.start, reverse=True)
@@ -168,12 +177,12 @@ def windows_table(view: StreamView, requested: int, href: Href) -> str:
         f"<td>{display_time(w.start)}</td><td>{display_time(w.end)}</td><td>{_e(w.state.lower())}</td>"
         f'<td class="{"ok" if w.complete else "bad"}">{"complete" if w.complete else "open"}</td>'
         f"<td class=num>{_e(w.records) or '—'}</td><td class=num>{_e(w.files) or '—'}</td>"
-        f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td></tr>"
+        f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td>{_run_cell(w, run_href)}</tr>"
         for w in page.slice(newest_first)
     )
     table = (
         "<table id=windows><tr><th>start</th><th>end</th><th>state</th><th>completeness</th><th>records</th>"
-        "<th>files</th><th>transaction check</th><th>duration</th></tr>" + rows + "</table>"
+        "<th>files</th><th>transaction check</th><th>duration</th><th>run</th></tr>" + rows + "</table>"
     )
     older = ""
     if view.older_windows:
