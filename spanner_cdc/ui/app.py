@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 
 from spanner_cdc.errors import NotFound, SpannerCdcError, StoreError
 from spanner_cdc.names import BACKFILL_DAG_ID, HOURLY_DAG_PREFIX, LIVE_NAMESPACE, hourly_dag_id
-from spanner_cdc.ui import links, metrics, pages
+from spanner_cdc.ui import links, metrics, pages, tables
 from spanner_cdc.ui.health import (
     freshness,
     freshness_seconds,
@@ -221,10 +221,13 @@ def _add_pages(app: FastAPI, holder: _StoreHolder, redactor: Redactor, clock: Ca
         q: str = "",
         state: str = "",
         expand: Annotated[list[datetime] | None, Query()] = None,
+        window: datetime | None = None,
     ) -> str:
         store = holder.get()
         view = load_stream(store, stream, namespace)
         now = clock()
+        if window is not None and windows_page == 1:  # a DAG run's tab: the windows page that holds its window
+            windows_page = tables.windows_page_of(view, window if window.tzinfo else window.replace(tzinfo=UTC))
         namespaces = [ln.namespace for ln in load_lineages(store) if ln.stream == stream]
         query = pages.StreamQuery(
             page, frontier_page, stuck_page, windows_page, q.strip(), state.strip().upper(),
@@ -266,7 +269,13 @@ def _add_pages(app: FastAPI, holder: _StoreHolder, redactor: Redactor, clock: Ca
 
     @app.get("/dags/{dag_id}/runs/{run_id}")
     def dag_run_link(request: Request, dag_id: str, run_id: str) -> Response:
-        return dag_link(request, dag_id, run_id)
+        """An hourly DAG run's tab: its stream's page at the run's window (the run id carries its logical date)."""
+        response = dag_link(request, dag_id, run_id)
+        start = links.run_logical_date(run_id) if dag_id.startswith(HOURLY_DAG_PREFIX) else None
+        if isinstance(response, RedirectResponse) and start is not None:
+            location = response.headers["location"]
+            response.headers["location"] = f"{location}&{urlencode({'window': start.isoformat()})}#{tables.window_anchor(start)}"
+        return response
 
 
 def _add_api(app: FastAPI, holder: _StoreHolder, clock: Callable[[], datetime]) -> None:

@@ -27,6 +27,7 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px}
 .first-screen{display:flex;gap:24px;flex-wrap:wrap} .first-screen h2{margin-top:12px}
 .graph{overflow:auto;border:1px solid #d0d7de;border-radius:8px;padding:6px;background:#fbfcfd;direction:rtl}
 .graph>svg{direction:ltr}
+tr:target{outline:2px solid #1565c0;background:#e3f2fd}
 .state{padding:1px 6px;border-radius:4px} .ok{color:#1b5e20;font-weight:600} .bad{color:#b71c1c;font-weight:600}
 .error{white-space:pre-wrap;max-width:520px}
 .warning{border:1px solid #e0a100;background:#fff6d6;border-radius:8px;padding:8px 12px;margin:10px 0;max-width:1100px}

@@ -159,6 +159,17 @@ def _check_cell(window: WindowView) -> str:
             f"<span class=muted>{_e(window.check_text)}</span></details>")
 
 
+def window_anchor(start: datetime) -> str:
+    """The id of a window's row in the windows table: a DAG run's tab opens the stream page there."""
+    return "window-" + start.strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def windows_page_of(view: StreamView, start: datetime) -> int:
+    """The page of the windows table (newest first) that holds the window starting at `start`; 1 when none does."""
+    newest_first = sorted((w.start for w in view.windows), reverse=True)
+    return newest_first.index(start) // WINDOWS_PAGE + 1 if start in newest_first else 1
+
+
 def _run_cell(window: WindowView, run_href: Callable[[datetime], str] | None) -> str:
     if run_href is None:
         return "<td class=muted>—</td>"
@@ -173,7 +184,7 @@ def windows_table(view: StreamView, requested: int, href: Href, run_href: Callab
     newest_first = sorted(view.windows, key=lambda w: w.start, reverse=True)
     page = page_of(newest_first, requested, WINDOWS_PAGE)
     rows = "".join(
-        f'<tr data-window-start="{_e(w.start.isoformat())}" data-complete="{str(w.complete).lower()}">'
+        f'<tr id="{window_anchor(w.start)}" data-window-start="{_e(w.start.isoformat())}" data-complete="{str(w.complete).lower()}">'
         f"<td>{display_time(w.start)}</td><td>{display_time(w.end)}</td><td>{_e(w.state.lower())}</td>"
         f'<td class="{"ok" if w.complete else "bad"}">{"complete" if w.complete else "open"}</td>'
         f"<td class=num>{_e(w.records) or '—'}</td><td class=num>{_e(w.files) or '—'}</td>"

@@ -226,3 +226,33 @@ def test_the_app_knows_where_the_plugin_mounts_it() -> None:
     from spanner_cdc.ui.app import PLUGIN_PREFIX
 
     assert airflow_glue.URL_PREFIX == PLUGIN_PREFIX
+
+
+def test_an_hourly_runs_tab_opens_the_stream_page_at_its_window(client: TestClient) -> None:
+    from urllib.parse import unquote
+
+    from spanner_cdc.ui.links import run_logical_date
+    from spanner_cdc.ui.tables import window_anchor
+
+    start = T0 + HOUR
+    response = client.get(f"/dags/spanner_cdc_hourly__shop/runs/manual__{start.isoformat()}", headers=AUTH,
+                          follow_redirects=False)  # fmt: skip
+    assert response.status_code == 307
+    location = unquote(response.headers["location"])
+    assert location == f"/streams/orders?namespace=live&window={start.isoformat()}#{window_anchor(start)}"
+    page = client.get(response.headers["location"].split("#")[0], headers=AUTH).text
+    assert f'<tr id="{window_anchor(start)}" data-window-start="{start.isoformat()}"' in page
+    assert run_logical_date("scheduled__2024-05-01T10:00:00+00:00") == datetime.fromisoformat("2024-05-01T10:00:00+00:00")
+    assert run_logical_date("manual__not-a-date") is None and run_logical_date("backfill") is None
+
+
+def test_a_window_past_the_first_page_of_windows_opens_its_page() -> None:
+    from spanner_cdc.ui.tables import WINDOWS_PAGE, windows_page_of
+    from spanner_cdc.ui.view import load_stream
+    from tests.unit.ui.large import large_graph
+
+    graph = large_graph(windows=WINDOWS_PAGE + 3, roots=2, stuck=0)
+    view = load_stream(FakeStore(graph), "orders", "live")
+    starts = sorted(w.start for w in view.windows)
+    assert windows_page_of(view, starts[-1]) == 1 and windows_page_of(view, starts[0]) == 2
+    assert windows_page_of(view, starts[0] - HOUR) == 1  # not a window of the lineage
