@@ -335,41 +335,47 @@ future, or start is outside the change stream's retention.
 
 def _params() -> dict[str, Param]:
     base = load_settings({})
-    names = list(load_streams(base))
+    streams = load_streams(base)
+    names = list(streams)
     stream = Param(
         names[0] if names else None,
         type="string",
         title="Stream",
-        description="A configured stream ([streams.<name>] in $SPANNER_CDC_CONFIG).",
-        **({"enum": names} if names else {}),  # type: ignore[arg-type]  # a JSON-schema keyword of Param's **kwargs
-    )
+        description="A configured stream ([streams.<name>] in $SPANNER_CDC_CONFIG), shown with its change stream.",
+        # JSON-schema keywords of Param's **kwargs: the choices, and each shown as "<name> (change stream <stream>)"
+        **({"enum": names, "values_display": {n: f"{n} (change stream {c.change_stream})" for n, c in streams.items()}}
+           if names else {}),  # type: ignore[arg-type]
+    )  # fmt: skip
     return {
         "stream": stream,
         "start": Param(
             type="string",
             format="date-time",
-            title="Start",
-            description="First instant to extract (inclusive), inside the change stream's retention.",
+            title="Start (UTC)",
+            description="First instant to extract (inclusive), in UTC. Earliest allowed: now minus the change stream's "
+            "retention_period (1 day unless the stream sets it; the stream's page in the spanner-cdc UI shows it): "
+            "the first task refuses an earlier start, whose changes Spanner no longer keeps.",
         ),
         "end": Param(
             type="string",
             format="date-time",
-            title="End",
-            description="Where to stop (exclusive); after start and not in the future.",
+            title="End (UTC)",
+            description="Where to stop (exclusive), in UTC; after start and not in the future.",
         ),
         "heartbeat_ms": Param(
             base.heartbeat_ms,
-            type="integer",
+            type=["null", "integer"],
             minimum=1000,
             maximum=300_000,
-            title="Heartbeat (ms)",
-            description="heartbeat_milliseconds of the change stream queries.",
+            title="Heartbeat (ms), optional",
+            description=f"heartbeat_milliseconds of the change stream queries; empty: {base.heartbeat_ms}.",
         ),
         "output_root": Param(
-            "",
-            type="string",
-            title="Output root",
-            description="Root of the lake to write to: a path, gs://bucket/prefix or s3://bucket/prefix; empty means the stream's configured output root.",
+            None,
+            type=["null", "string"],
+            title="Output root, optional",
+            description="Root of the lake to write to: a path, gs://bucket/prefix or s3://bucket/prefix; empty: the "
+            "stream's configured output root.",
         ),
     }
 

@@ -7,12 +7,13 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from datetime import datetime
 
     from fastapi import FastAPI
 
     from spanner_cdc.ui.app import StoreTarget
 
-URL_PREFIX = "/spanner-cdc"
+URL_PREFIX = "/spanner-cdc"  # app.PLUGIN_PREFIX
 FORBIDDEN = "reading the spanner-cdc lineage needs permission to read DAG runs"
 
 
@@ -74,8 +75,22 @@ def connect() -> StoreTarget:
     settings = apply_connections(load_settings({}), metadata=_metadata_connection())
     names = {name: config.change_stream for name, config in load_streams(settings).items()}
     return StoreTarget(
-        url=settings.metadata_url, open=lambda: open_store(settings), stream_names=names, headroom_warning=settings.headroom_warning
+        url=settings.metadata_url, open=lambda: open_store(settings), stream_names=names, headroom_warning=settings.headroom_warning,
+        find_run=find_run,
     )
+
+
+def find_run(dag_id: str, logical_date: datetime) -> str | None:
+    """The newest run of `dag_id` at `logical_date` in Airflow's database (the scheduler's, or one dag.test made)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run_id = session.scalar(
+            select(DagRun.run_id).where(DagRun.dag_id == dag_id, DagRun.logical_date == logical_date).order_by(DagRun.id.desc()).limit(1)
+        )
+    return None if run_id is None else str(run_id)
 
 
 def build_app() -> FastAPI:

@@ -9,12 +9,14 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from urllib.parse import quote, urlencode
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 from spanner_cdc.errors import NotFound, SpannerCdcError, StoreError
-from spanner_cdc.ui import links, metrics, pages
+from spanner_cdc.names import BACKFILL_DAG_ID, HOURLY_DAG_PREFIX, LIVE_NAMESPACE, hourly_dag_id
+from spanner_cdc.ui import links, metrics, pages, tables
 from spanner_cdc.ui.health import (
     freshness,
     freshness_seconds,
@@ -28,6 +30,7 @@ from spanner_cdc.ui.secrets import Redactor
 from spanner_cdc.ui.view import StoreLike, StreamView, load_lineages, load_stream
 
 log = logging.getLogger(__name__)
+PLUGIN_PREFIX = "/spanner-cdc"  # where the Airflow plugin mounts this app (airflow_glue.URL_PREFIX): Airflow's own pages are above it
 
 
 def _utcnow() -> datetime:
@@ -89,6 +92,8 @@ class StoreTarget:
     stream_names: Mapping[str, str] = field(default_factory=dict)
     # Settings.headroom_warning: the share of retention under which the headroom warns
     headroom_warning: float = metrics.DEFAULT_HEADROOM_WARNING
+    # the run id of a DAG's run at a logical date, from Airflow's database (None: the scheduler's id is assumed)
+    find_run: Callable[[str, datetime], str | None] | None = None
 
 
 class _StoreHolder:
@@ -100,6 +105,7 @@ class _StoreHolder:
         self._store: StoreLike | None = None
         self.stream_names: Mapping[str, str] = {}
         self.headroom_warning = metrics.DEFAULT_HEADROOM_WARNING
+        self.find_run: Callable[[str, datetime], str | None] | None = None
         self._lock = threading.Lock()
 
     def get(self) -> StoreLike:
@@ -109,6 +115,7 @@ class _StoreHolder:
                 self._redactor.add(target.url)
                 self.stream_names = target.stream_names
                 self.headroom_warning = target.headroom_warning
+                self.find_run = target.find_run
                 self._store = target.open()
             return self._store
 
@@ -214,30 +221,61 @@ def _add_pages(app: FastAPI, holder: _StoreHolder, redactor: Redactor, clock: Ca
         q: str = "",
         state: str = "",
         expand: Annotated[list[datetime] | None, Query()] = None,
+        window: datetime | None = None,
     ) -> str:
         store = holder.get()
         view = load_stream(store, stream, namespace)
         now = clock()
+        if window is not None and windows_page == 1:  # a DAG run's tab: the windows page that holds its window
+            windows_page = tables.windows_page_of(view, window if window.tzinfo else window.replace(tzinfo=UTC))
         namespaces = [ln.namespace for ln in load_lineages(store) if ln.stream == stream]
         query = pages.StreamQuery(
             page, frontier_page, stuck_page, windows_page, q.strip(), state.strip().upper(),
             frozenset(at if at.tzinfo else at.replace(tzinfo=UTC) for at in expand or ()),
         )  # fmt: skip
+        here = pages.stream_href(_base(request), stream, namespace).split("?")[0]
+        run_href = None if namespace != LIVE_NAMESPACE else (
+            lambda start: f"{here}/window-run?{urlencode({'start': start.isoformat()})}"
+        )  # fmt: skip
         return pages.render_stream(
-            _base(request), view, stuck(view, now), namespaces, redactor.label, now, query, holder.headroom_warning
+            _base(request), view, stuck(view, now), namespaces, redactor.label, now, query, holder.headroom_warning,
+            run_href,
         )
+
+    @app.get("/streams/{stream}/window-run")
+    def window_run(request: Request, stream: str, start: datetime) -> Response:
+        """To Airflow's page of the hourly DAG run of the live window starting at `start` (its logical date)."""
+        start = start if start.tzinfo else start.replace(tzinfo=UTC)
+        holder.get()  # the configured stream names come with the store
+        name = next((n for n, change_stream in holder.stream_names.items() if change_stream == stream), stream)
+        dag_id = hourly_dag_id(name)
+        run_id = (holder.find_run(dag_id, start) if holder.find_run else None) or f"scheduled__{start.isoformat()}"
+        airflow = _base(request).removesuffix(PLUGIN_PREFIX)
+        return RedirectResponse(f"{airflow}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}", status_code=307)
 
     @app.get("/dags/{dag_id}")
     def dag_link(request: Request, dag_id: str, run_id: str | None = None) -> Response:
         target = links.lineage_for_dag(dag_id, run_id, load_lineages(holder.get()), holder.stream_names)
         if target is None:
-            message = f"{dag_id} is not a spanner-cdc DAG, or its lineage does not exist yet."
+            if dag_id == BACKFILL_DAG_ID:
+                message = ("This backfill run has no lineage: its form was refused (the validate task's log says why), "
+                           "or it has not extracted a window yet.")  # fmt: skip
+            elif dag_id.startswith(HOURLY_DAG_PREFIX):
+                message = f"{dag_id}'s lineage does not exist yet: its first run bootstraps it."
+            else:
+                message = f"{dag_id} is not a spanner-cdc DAG."
             return HTMLResponse(pages.render_message("No lineage", message, (_base(request) + "/", "all lineages")))
         return RedirectResponse(pages.stream_href(_base(request), *target), status_code=307)
 
     @app.get("/dags/{dag_id}/runs/{run_id}")
     def dag_run_link(request: Request, dag_id: str, run_id: str) -> Response:
-        return dag_link(request, dag_id, run_id)
+        """An hourly DAG run's tab: its stream's page at the run's window (the run id carries its logical date)."""
+        response = dag_link(request, dag_id, run_id)
+        start = links.run_logical_date(run_id) if dag_id.startswith(HOURLY_DAG_PREFIX) else None
+        if isinstance(response, RedirectResponse) and start is not None:
+            location = response.headers["location"]
+            response.headers["location"] = f"{location}&{urlencode({'window': start.isoformat()})}#{tables.window_anchor(start)}"
+        return response
 
 
 def _add_api(app: FastAPI, holder: _StoreHolder, clock: Callable[[], datetime]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from spanner_cdc.names import BACKFILL_DAG_ID, HOURLY_DAG_PREFIX, LIVE_NAMESPACE, backfill_namespace
 from spanner_cdc.ui.view import LineageView
@@ -31,3 +32,13 @@ def lineage_for_dag(
             if ln.namespace == wanted:
                 return ln.stream, ln.namespace
     return None
+
+
+def run_logical_date(run_id: str) -> datetime | None:
+    """The logical date an Airflow run id carries (`scheduled__<iso>`, `manual__<iso>`), None when it carries none."""
+    _, sep, rest = run_id.partition("__")
+    try:
+        at = datetime.fromisoformat(rest) if sep else None
+    except ValueError:
+        return None
+    return None if at is None else at if at.tzinfo else at.replace(tzinfo=UTC)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from html import escape
@@ -27,6 +27,7 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px}
 .first-screen{display:flex;gap:24px;flex-wrap:wrap} .first-screen h2{margin-top:12px}
 .graph{overflow:auto;border:1px solid #d0d7de;border-radius:8px;padding:6px;background:#fbfcfd;direction:rtl}
 .graph>svg{direction:ltr}
+tr:target{outline:2px solid #1565c0;background:#e3f2fd}
 .state{padding:1px 6px;border-radius:4px} .ok{color:#1b5e20;font-weight:600} .bad{color:#b71c1c;font-weight:600}
 .error{white-space:pre-wrap;max-width:520px}
 .warning{border:1px solid #e0a100;background:#fff6d6;border-radius:8px;padding:8px 12px;margin:10px 0;max-width:1100px}
@@ -202,6 +203,7 @@ def render_stream(
     now: datetime,
     query: StreamQuery | None = None,
     headroom_warning: float = DEFAULT_HEADROOM_WARNING,
+    run_href: Callable[[datetime], str] | None = None,
 ) -> str:
     """The first screen holds the cards, the open windows, the stuck tokens and the live frontier; the last verify,
     the graph by time, all windows and all partitions (paged, searchable) follow."""
@@ -235,7 +237,7 @@ def render_stream(
         f"right, where the graph opens; finished partitions of older windows are folded into a box at the top of their "
         f"column (follow it to draw them).</p>"
         f"{legend_svg()}<div class=graph>{graph}</div>"
-        f"<h2>Windows</h2>{tables.windows_table(view, query.windows_page, href)}"
+        f"<h2>Windows</h2>{tables.windows_table(view, query.windows_page, href, run_href)}"
         f"<h2 id=all-partitions>Partitions</h2>{_search_form(query, ln.namespace)}"
         f"{tables.partitions_table(view, query.page, href, query.q, query.state)}"
     )

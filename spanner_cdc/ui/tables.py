@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from html import escape
 from typing import TypeVar
 
@@ -158,22 +159,41 @@ def _check_cell(window: WindowView) -> str:
             f"<span class=muted>{_e(window.check_text)}</span></details>")
 
 
-def windows_table(view: StreamView, requested: int, href: Href) -> str:
+def window_anchor(start: datetime) -> str:
+    """The id of a window's row in the windows table: a DAG run's tab opens the stream page there."""
+    return "window-" + start.strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def windows_page_of(view: StreamView, start: datetime) -> int:
+    """The page of the windows table (newest first) that holds the window starting at `start`; 1 when none does."""
+    newest_first = sorted((w.start for w in view.windows), reverse=True)
+    return newest_first.index(start) // WINDOWS_PAGE + 1 if start in newest_first else 1
+
+
+def _run_cell(window: WindowView, run_href: Callable[[datetime], str] | None) -> str:
+    if run_href is None:
+        return "<td class=muted>—</td>"
+    # the UI is framed by Airflow's: the run's page replaces the whole window
+    return f'<td><a href="{_e(run_href(window.start))}" target=_top data-run-link>DAG run</a></td>'
+
+
+def windows_table(view: StreamView, requested: int, href: Href, run_href: Callable[[datetime], str] | None = None) -> str:
+    """Every window, newest first; `run_href(start)` links each to the DAG run of its window (the live lineage's)."""
     if not view.windows:
         return "<p>No window yet.</p>"
     newest_first = sorted(view.windows, key=lambda w: w.start, reverse=True)
     page = page_of(newest_first, requested, WINDOWS_PAGE)
     rows = "".join(
-        f'<tr data-window-start="{_e(w.start.isoformat())}" data-complete="{str(w.complete).lower()}">'
+        f'<tr id="{window_anchor(w.start)}" data-window-start="{_e(w.start.isoformat())}" data-complete="{str(w.complete).lower()}">'
         f"<td>{display_time(w.start)}</td><td>{display_time(w.end)}</td><td>{_e(w.state.lower())}</td>"
         f'<td class="{"ok" if w.complete else "bad"}">{"complete" if w.complete else "open"}</td>'
         f"<td class=num>{_e(w.records) or '—'}</td><td class=num>{_e(w.files) or '—'}</td>"
-        f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td></tr>"
+        f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td>{_run_cell(w, run_href)}</tr>"
         for w in page.slice(newest_first)
     )
     table = (
         "<table id=windows><tr><th>start</th><th>end</th><th>state</th><th>completeness</th><th>records</th>"
-        "<th>files</th><th>transaction check</th><th>duration</th></tr>" + rows + "</table>"
+        "<th>files</th><th>transaction check</th><th>duration</th><th>run</th></tr>" + rows + "</table>"
     )
     older = ""
     if view.older_windows:

@@ -104,6 +104,9 @@ CASES: dict[str, Any] = {
     "Spanner emulator host on a closed port": Case(extract(), "cannot reach Spanner", "SPANNER_EMULATOR_HOST",
                                                    env={"SPANNER_EMULATOR_HOST": f"127.0.0.1:{closed_port()}"}, exit_code=1,
                                                    timeout=15),
+    "read from an emulator host on a closed port": Case(["read", "--start", "2024-05-01T10:00:00Z"], "cannot reach Spanner",
+                                                        "SPANNER_EMULATOR_HOST", exit_code=1, timeout=15,
+                                                        env={"SPANNER_EMULATOR_HOST": f"127.0.0.1:{closed_port()}"}),
     "Spanner emulator host that does not resolve": Case(extract(), "SPANNER_EMULATOR_HOST=no-such-host.invalid:9010",
                                                         "cannot reach Spanner",
                                                         env={"SPANNER_EMULATOR_HOST": "no-such-host.invalid:9010"}, exit_code=1,
@@ -328,6 +331,8 @@ def test_the_backfill_form_refuses_bad_values_before_reading_anything(
 
     assert str(refused.value).startswith("backfill refused: " + message)
     assert "\n" not in str(refused.value) and SECRET not in str(refused.value)
+    # the task log's line, with no chained traceback of where in the checks the refusal was found
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__
     assert row_counts(secret_url) == rows_before
     assert not (tmp_path / "lake").exists()
 

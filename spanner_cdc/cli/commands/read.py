@@ -135,6 +135,10 @@ def handle(args: argparse.Namespace) -> int:
     end = parse_timestamp(args.end, "--end") if args.end else None
     if end is not None and end < start:
         raise UsageError(f"--end {rfc3339(end)} is before --start {rfc3339(start)}: --end must be at or after --start")
+    from spanner_cdc.cli.commands._preflight import check_credentials_file, check_emulator_host
+
+    check_credentials_file(settings)
+    check_emulator_host(settings)  # a mistyped host: one line now, not the client's deadline
     database = open_database(settings)
     dialect = detect_dialect(database, settings.dialect)
     metadata = stream_metadata(database, settings.stream, dialect)

@@ -65,6 +65,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
+    from spanner_cdc.cli.commands._preflight import check_services
     from spanner_cdc.cli.commands.extract import resolve_settings
     from spanner_cdc.cli.commands.read import parse_timestamp
     from spanner_cdc.devstack.embedded_pg import with_dev_store
@@ -81,6 +82,7 @@ def handle(args: argparse.Namespace) -> int:
     if not settings.stream:
         raise ConfigError("--stream", None, "a change stream name (or set SPANNER_CDC_STREAM)")
     check_java(settings.spark_master)
+    check_services(settings)
     settings = with_dev_store(settings)
     try:
         result = run_verify(settings, window_end=window_end, fraction=fraction, seed=args.seed)

@@ -38,7 +38,7 @@ for dag_id, dag in bag.dags.items():
         "max_active_runs": dag.max_active_runs,
         "catchup": dag.catchup,
         "timetable": type(dag.timetable).__name__,
-        "params": {{k: v.schema for k, v in dag.params.items()}},
+        "params": {{k: {{**v.schema, "description": v.description}} for k, v in dag.params.items()}},
         "deadline": [[str(d.interval), d.callback.path, d.callback.kwargs] for d in (dag.deadline or [])],
         "tasks": {{
             t.task_id: {{
@@ -177,3 +177,20 @@ def test_a_bad_stream_table_is_an_import_error_naming_the_field(tmp_path: Path) 
     messages = "\n".join(bag["errors"].values())
     assert "streams.orders.heartbeat_ms" in messages
     assert "[1000, 300000]" in messages
+
+
+def test_the_backfill_form_says_utc_the_earliest_start_what_is_optional_and_each_streams_change_stream(
+    example_bag: dict,
+) -> None:
+    params = example_bag["dags"]["spanner_cdc_backfill"]["params"]
+    for name in ("start", "end"):
+        assert "UTC" in params[name]["title"] and "in UTC" in params[name]["description"]
+    assert "Earliest allowed: now minus the change stream's retention_period" in params["start"]["description"]
+    # optional fields accept empty (no "required" mark in the form) and say so
+    for name in ("output_root", "heartbeat_ms"):
+        assert "null" in params[name]["type"] and params[name]["title"].endswith("optional"), params[name]
+    config = tomllib.loads(EXAMPLE.read_text())["streams"]
+    shown = params["stream"]["values_display"]
+    assert set(shown) == set(params["stream"]["enum"]) == set(config)
+    for name, table in config.items():
+        assert shown[name] == f"{name} (change stream {table.get('change_stream', name)})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import jwt
@@ -93,3 +94,24 @@ def test_the_server_log_holds_no_store_password(airflow_ui_server: AirflowServer
     log = airflow_ui_server.log_path.read_text()
     assert "/spanner-cdc/" in log  # the access log did record our requests
     assert STORE_PASSWORD not in log
+
+
+def test_a_window_links_to_its_run_on_airflows_pages(airflow_ui_server: AirflowServer) -> None:
+    """The link asks Airflow's database for the run of the window's logical date (none here: the scheduler's id)."""
+
+    class Keep(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    start = "2024-05-01T12:00:00+00:00"
+    request = urllib.request.Request(
+        airflow_ui_server.base_url + "/spanner-cdc/streams/orders/window-run?start=" + urllib.parse.quote(start),
+        headers={"Authorization": f"Bearer {airflow_ui_server.token()}"},
+    )
+    try:
+        urllib.request.build_opener(Keep).open(request, timeout=60)
+        raise AssertionError("no redirect")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 307, exc.read().decode()
+        location = urllib.parse.unquote(exc.headers["location"])
+    assert location == f"/dags/spanner_cdc_hourly__orders/runs/scheduled__{start}"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import html
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from datetime import datetime
+from urllib.parse import quote
 
 import pytest
 from fastapi import Header, HTTPException
@@ -14,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from spanner_cdc.errors import StoreUnreachable
 from spanner_cdc.ui.app import StoreTarget, create_app
-from tests.unit.ui.sample import NOW, FakeStore
+from tests.unit.ui.sample import HOUR, NOW, T0, FakeStore
 
 URL = "postgresql+psycopg2://cdc:Pa55word@db.internal:5432/meta"
 AUTH = {"X-Test-User": "alice"}
@@ -188,3 +191,68 @@ def test_the_windows_table_shows_the_transaction_check_as_a_verdict_and_states_i
     html = tables.windows_table(sample_view(), 1, lambda _params: "#")
     assert '<summary class="ok">ok</summary>' in html and "ok=True, transactions=40" in html
     assert "COMPLETE" not in html and ">complete<" in html
+
+
+def test_a_window_links_to_its_dag_run_in_airflow(store: FakeStore) -> None:
+    from urllib.parse import unquote
+
+    with make_client(store) as client:
+        page = client.get("/streams/orders", headers=AUTH).text
+        links = re.findall(r'href="([^"]*)" target=_top data-run-link', page)
+        assert len(links) == 3  # a link per window, to its run
+        newest = html.unescape(links[0])
+        assert newest == "/streams/orders/window-run?start=" + quote((T0 + 2 * HOUR).isoformat(), safe="")
+        response = client.get(newest, headers=AUTH, follow_redirects=False)
+    # no Airflow database here: the scheduler's run id of the window's logical date, on the configured stream's DAG
+    assert response.status_code == 307
+    assert unquote(response.headers["location"]) == f"/dags/spanner_cdc_hourly__shop/runs/scheduled__{(T0 + 2 * HOUR).isoformat()}"
+    found = create_app(
+        authorize=authorize, clock=lambda: NOW,
+        connect=lambda: StoreTarget(url=URL, open=lambda: store, stream_names={"shop": "orders"},
+                                    find_run=lambda dag_id, at: f"manual__{at:%H%M}" if dag_id.endswith("shop") else None),
+    )  # fmt: skip
+    with TestClient(found) as client:
+        response = client.get(newest, headers=AUTH, follow_redirects=False)
+    assert response.headers["location"] == f"/dags/spanner_cdc_hourly__shop/runs/manual__{T0 + 2 * HOUR:%H%M}"
+
+
+def test_a_refused_backfill_runs_tab_says_why_it_has_no_lineage(client: TestClient) -> None:
+    response = client.get("/dags/spanner_cdc_backfill/runs/manual__refused", headers=AUTH)
+    assert "its form was refused" in response.text and "not a spanner-cdc DAG" not in response.text
+
+
+def test_the_app_knows_where_the_plugin_mounts_it() -> None:
+    from spanner_cdc.ui import airflow_glue
+    from spanner_cdc.ui.app import PLUGIN_PREFIX
+
+    assert airflow_glue.URL_PREFIX == PLUGIN_PREFIX
+
+
+def test_an_hourly_runs_tab_opens_the_stream_page_at_its_window(client: TestClient) -> None:
+    from urllib.parse import unquote
+
+    from spanner_cdc.ui.links import run_logical_date
+    from spanner_cdc.ui.tables import window_anchor
+
+    start = T0 + HOUR
+    response = client.get(f"/dags/spanner_cdc_hourly__shop/runs/manual__{start.isoformat()}", headers=AUTH,
+                          follow_redirects=False)  # fmt: skip
+    assert response.status_code == 307
+    location = unquote(response.headers["location"])
+    assert location == f"/streams/orders?namespace=live&window={start.isoformat()}#{window_anchor(start)}"
+    page = client.get(response.headers["location"].split("#")[0], headers=AUTH).text
+    assert f'<tr id="{window_anchor(start)}" data-window-start="{start.isoformat()}"' in page
+    assert run_logical_date("scheduled__2024-05-01T10:00:00+00:00") == datetime.fromisoformat("2024-05-01T10:00:00+00:00")
+    assert run_logical_date("manual__not-a-date") is None and run_logical_date("backfill") is None
+
+
+def test_a_window_past_the_first_page_of_windows_opens_its_page() -> None:
+    from spanner_cdc.ui.tables import WINDOWS_PAGE, windows_page_of
+    from spanner_cdc.ui.view import load_stream
+    from tests.unit.ui.large import large_graph
+
+    graph = large_graph(windows=WINDOWS_PAGE + 3, roots=2, stuck=0)
+    view = load_stream(FakeStore(graph), "orders", "live")
+    starts = sorted(w.start for w in view.windows)
+    assert windows_page_of(view, starts[-1]) == 1 and windows_page_of(view, starts[0]) == 2
+    assert windows_page_of(view, starts[0] - HOUR) == 1  # not a window of the lineage
