@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -201,8 +200,14 @@ class PolicyApplier:
     def __post_init__(self) -> None:
         self._rules = self.policy.rules()
         self._types: dict[int, tuple[Any, Any]] = {}
+        self._lands: dict[str, bool] = {}  # per table, asked once: a record's cost without rules is a lookup
         if self.policy.hash_columns and len(self.key) < MIN_KEY_BYTES:
             raise ConfigError("hash_key_env", "(unset)", f"a key of at least {MIN_KEY_BYTES} bytes, since hash_columns is set")
+        # HMAC's two keyed SHA-256 states (RFC 2104), hashed once; each value continues copies of them
+        block = hashlib.sha256(self.key).digest() if len(self.key) > 64 else self.key
+        block = block.ljust(64, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
 
     @property
     def active(self) -> bool:
@@ -216,24 +221,27 @@ class PolicyApplier:
 
     def hash_value(self, value: Any) -> str:
         """HMAC-SHA-256 of the value's canonical JSON text, as hex."""
-        return hmac.new(self.key, _encode(value).encode(), hashlib.sha256).hexdigest()
+        inner = self._inner.copy()
+        inner.update(_encode(value).encode())
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.hexdigest()
 
     def values(self, table: str, values: Mapping[str, Any]) -> dict[str, Any]:
         """A row's values (a mod's keys, new or old values; a snapshot row) with the table's column rules applied."""
         rules = self._rules.get(table)
-        if not rules:
+        if not rules or not values:
             return values if isinstance(values, dict) else dict(values)
-        out: dict[str, Any] = {}
-        for name, value in values.items():
-            rule = rules.get(name)
-            if rule is None:
-                out[name] = value
-            elif rule == "exclude":
+        out = dict(values)  # the columns keep their order; a table's rules are few, its columns may be many
+        for name, rule in rules.items():
+            if name not in out:
                 continue
-            elif value is None or rule == "null":
+            if rule == "exclude":
+                del out[name]
+            elif out[name] is None or rule == "null":
                 out[name] = None
             elif rule == "hash":
-                out[name] = self.hash_value(value)
+                out[name] = self.hash_value(out[name])
             else:
                 out[name] = MASK_TOKEN
         return out
@@ -265,7 +273,10 @@ class PolicyApplier:
         """A data change record as it lands (None when its table does not): its mods' keys, new and old values and its
         column types through the table's rules."""
         table = record.table_name
-        if not self.policy.table_lands(table):
+        lands = self._lands.get(table)
+        if lands is None:
+            lands = self._lands[table] = self.policy.table_lands(table)
+        if not lands:
             return None
         if table not in self._rules:
             return record

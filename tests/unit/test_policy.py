@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,6 +94,8 @@ def test_a_hash_is_keyed_and_the_same_for_the_same_value_everywhere() -> None:
     assert again is not None and one.hash_value("42") == again.hash_value("42") != one.hash_value(42)
     assert PolicyApplier(parse_policy("p", RULES), b"o" * 32).hash_value("42") != one.hash_value("42")
     assert len(one.hash_value("42")) == 64 and json.dumps(one.hash_value("42"))
+    for key in (KEY, b"x" * 64, b"y" * 100):  # HMAC-SHA-256 itself (RFC 2104), keys shorter and longer than a block
+        assert PolicyApplier(parse_policy("p", RULES), key).hash_value("42") == hmac.new(key, b'"42"', hashlib.sha256).hexdigest()
     assert applier_from("", "") is None and applier_from(str(Policy()), "") is None
 
 

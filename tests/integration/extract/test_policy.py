@@ -217,6 +217,23 @@ def test_a_policy_lands_nothing_left_out_nothing_clear_and_everything_else_exact
     result = run_verify(settings)
     assert result.ok and result.change_log is not None and result.change_log.checked and result.rows_compared > 0, result.lines()
 
+    # a policy change takes effect from the next window, and that window's record says so
+    changed = parse_policy("policy", {**POLICY, "null_columns": ["Customers.Name"]})
+    with database.batch() as b:
+        b.update("Customers", ["Id", "Name"], [[FIRST_ID + 4, "Later"]])
+    later = dataclasses.replace(settings, policy=changed)
+    third = run_window(later, bounds[2], datetime.now(UTC))
+    assert third.complete and third.completeness is not None and third.completeness["policy_fingerprint"] == changed.fingerprint
+    assert summaries[1].completeness is not None and summaries[1].completeness["policy_fingerprint"] == policy.fingerprint
+    assert run_window(later, bounds[1], bounds[2]).completeness == summaries[1].completeness  # a closed window keeps its record
+    opened = open_changelog(settings, layout)
+    assert opened is not None
+    try:
+        newest = [r for r in opened[1].scan().to_arrow().to_pylist() if r["window_start"] == bounds[2]]
+    finally:
+        close_catalog(opened[0])
+    assert [json.loads(r["new_values"]) for r in newest] == [{"Name": None}]
+
     # no excluded value, no clear value of a hashed or masked column, and not the key, anywhere in the lake's bytes
     found = lake_text(Path(settings.output_root))
     assert found, "the lake should hold files"
