@@ -82,7 +82,7 @@ CASES: dict[str, Any] = {
                                               env={"SPANNER_CDC_HEARTBEAT_MS": "500000"}),
     "concurrency not a number": Case(extract("--concurrency", "many"), "--concurrency", "an integer in [1, 256]"),
     "namespace not an identifier": Case(extract("--namespace", "my-ns"), "--namespace", "an identifier"),
-    "spark master of an unknown kind": Case(extract("--spark-master", "yarn"), "--spark-master", "sc://host:port"),
+    "spark master of an unknown kind": Case(extract("--spark-master", "mesos://h:5050"), "--spark-master", "sc://host:port"),
     # config file keys
     "config file with an unknown key": Case(extract(), "colour", "one of project, instance", config='colour = "blue"\n'),
     "config file value out of range": Case(extract(), "heartbeat_ms (in ", "an integer in [1000, 300000]",
