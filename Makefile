@@ -46,7 +46,7 @@ LOWEST_VENV := .local/lowest-venv
 
 test-lowest: install
 	rm -rf $(LOWEST_VENV)
-	$(BIN)/uv venv -q --python $(BIN)/python $(LOWEST_VENV)
+	$(BIN)/uv venv -q --seed --python $(BIN)/python $(LOWEST_VENV)
 	$(BIN)/uv pip install -q --python $(LOWEST_VENV)/bin/python --resolution lowest-direct -e '.[dev]'
 	$(LOWEST_VENV)/bin/python -m pytest -n $(TEST_WORKERS) -q tests/unit
 

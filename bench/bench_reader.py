@@ -152,12 +152,10 @@ def bench_dialect(server: LocalSpanner, dialect: str, transactions: int, rounds:
 
 def bench_small(partitions: int, rounds: int, tmp: Path) -> dict[str, Any]:
     """Many small partitions, each read by one query, one after another: the client CPU a query costs the typed reader
-    (its queries through the client's generated API, source/streaming_sql.py), the same reader through the client's
-    snapshot (`snapshot.execute_sql`, as before that), and the bare client's drain; interleaved rounds, one server."""
+    and the bare client's drain; interleaved rounds, one server."""
     from bench.extract_support import STREAM as SMALL_STREAM
     from bench.extract_support import new_database, policy_args, write_orders
     from spanner_cdc.extract.planning import root_partitions
-    from spanner_cdc.source import reader as reader_module
 
     dialect = "GOOGLE_STANDARD_SQL"
     with LocalSpanner(extra_args=policy_args(partitions), log_path=tmp / "small-server.log") as server:
@@ -168,18 +166,8 @@ def bench_small(partitions: int, rounds: int, tmp: Path) -> dict[str, Any]:
         _, roots = root_partitions(database, SMALL_STREAM, dialect=dialect, heartbeat_ms=1000, at=created,
                                    retention=timedelta(days=1), namespace="bench")  # fmt: skip
         tokens = [root.token for root in roots]
-        found = reader_module.streaming_sql
-
-        def typed(through_snapshot: bool = False) -> int:
-            reader_module.streaming_sql = (lambda _: None) if through_snapshot else found  # type: ignore[assignment]
-            try:
-                return sum(_typed(database, SMALL_STREAM, dialect, token, created, end) for token in tokens)
-            finally:
-                reader_module.streaming_sql = found
-
         readers: dict[str, Callable[[], int]] = {
-            "typed": typed,
-            "typed, snapshot": lambda: typed(through_snapshot=True),
+            "typed": lambda: sum(_typed(database, SMALL_STREAM, dialect, token, created, end) for token in tokens),
             "bare": lambda: sum(_bare(database, SMALL_STREAM, dialect, token, created, end) for token in tokens),
         }
         cpu_ms: dict[str, list[float]] = {name: [] for name in readers}
@@ -193,10 +181,9 @@ def bench_small(partitions: int, rounds: int, tmp: Path) -> dict[str, Any]:
 def _print_small(result: dict[str, Any], rounds: int) -> None:
     print(f"{COMMAND} --small-partitions {result['partitions']}: client CPU ms a query, {result['partitions']:,} partitions of a "
           f"few records each read one after another, medians of {rounds} interleaved rounds")  # fmt: skip
-    for name in ("typed", "typed, snapshot", "bare"):
+    for name in ("typed", "bare"):
         print(f"  {name:<16} {result[name]:6.3f}   rounds: " + " ".join(f"{v:.3f}" for v in result["rounds"][name]))
-    print(f"  typed through the generated API / through the snapshot: {result['typed'] / result['typed, snapshot']:.2f}x the CPU; "
-          f"/ the bare client's drain: {result['typed'] / result['bare']:.2f}x")  # fmt: skip
+    print(f"  typed / the bare client's drain: {result['typed'] / result['bare']:.2f}x the CPU")
 
 
 def _print(results: list[dict[str, Any]], rounds: int) -> None:

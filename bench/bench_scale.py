@@ -34,7 +34,6 @@ from bench.extract_support import (
 from spanner_cdc.devstack.spanner_server import LocalSpanner
 from spanner_cdc.devstack.spark_cluster import ConnectServer
 from spanner_cdc.settings import Settings
-from spanner_cdc.spark.fast_start import CACHE_ENV
 
 COMMAND = "python -m bench.bench_scale"
 BULK_PER_COMMIT = 400
@@ -149,7 +148,7 @@ def bench_scale(base: Settings, scenario: Scenario, rounds: int, tmp: Path, cach
                 base, database=database.database_id, emulator_host=server.host, spark_master=master,
                 namespace=f"s_{scenario.name.replace('-', '_')}_{round_}{cache}",
             )  # fmt: skip
-            env = {"PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell", **({CACHE_ENV: "off"} if cache == "off" else {})}
+            env = {"PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell"}
             log_path = tmp / f"extract-{round_}{cache}.log"
             server_before = _server_cpu(server.pid)
             began = time.perf_counter()
@@ -264,8 +263,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bulk-mods", type=int, default=0,
                         help=f"with --partitions: this many rows inserted {BULK_PER_COMMIT} per commit instead of --transactions "
                         "(with --partitions 1: target 1's window of another size)")  # fmt: skip
-    parser.add_argument("--start-cache", choices=("on", "both"), default="on",
-                        help=f"both: every round also extracts with {CACHE_ENV}=off (driver start caches off), alternating")  # fmt: skip
     parser.add_argument("--spark", choices=tuple(SPARK), default="local",
                         help="local: each extract starts its own local[2] driver; connect: every extract runs on one Spark Connect "
                         "server started here and warmed by an untimed extract first (the long-lived server the architecture names)")  # fmt: skip
@@ -281,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             parser.error(f"--scenarios: unknown {', '.join(unknown)}; accepted: {', '.join(SCENARIOS)}")
         scenarios = [SCENARIOS[n] for n in args.scenarios.split(",") if n]
-    caches = ("on", "off") if args.start_cache == "both" else ("on",)
+    caches = ("on",)
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as name:
         tmp = Path(name)
         with bench_store(tmp) as url:

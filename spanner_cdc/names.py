@@ -74,11 +74,6 @@ def short_token(token: str, width: int = 10) -> str:
 # process inherits it; SPARK_REMOTE, if a user exported it, points the same way. The project's spark_master decides.
 SPARK_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"  # the marker pyspark's remote builder sets and its functions ask
 SPARK_CONNECT_MARKERS = (SPARK_CONNECT_MODE, "SPARK_REMOTE")
-# Spark's `spark.python.daemon.module` for the drivers and servers started here: pyspark's daemon, with the executor
-# side's modules imported once before it forks the Python workers (spark/worker_daemon.py)
-WORKER_DAEMON_MODULE = "spanner_cdc.spark.worker_daemon"
-# the Unix socket of the process a local driver's daemon is forked from, imported ahead (spark/worker_zygote.py)
-WORKER_ZYGOTE_ENV = "SPANNER_CDC_WORKER_ZYGOTE"
 
 # The hourly DAG's default deadline callback, named by its path: Airflow imports it in the triggerer
 DEADLINE_CALLBACK = "spanner_cdc.orchestration.deadline.window_missed"

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import importlib
 import logging
-import os
 import pkgutil
 import re
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -105,17 +102,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> NoReturn:
-    """The `spanner-cdc` command (and `python -m spanner_cdc`): `main`, then the process ends as an interpreter's exit
-    would, minus its teardown. The teardown frees every object of a process that imported gRPC, Spark's client and
-    Arrow one by one (~0.6 s of an extract's exit here), and nothing of ours needs it: non-daemon threads are waited
-    for and atexit hooks run (logging's flush, temporary directories), then stdout and stderr are flushed. Callers of
-    `main` in a process of their own (Airflow tasks, the tests) keep their interpreter as it was."""
-    code = main()
-    threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's own first exit step: threads joined
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (`| head`) or stream: what the interpreter's exit ignores too
-            pass
-    os._exit(code)
+    """The `spanner-cdc` command (and `python -m spanner_cdc`): `main`, then the interpreter's ordinary exit."""
+    sys.exit(main())

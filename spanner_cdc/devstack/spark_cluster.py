@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Self
 
 from spanner_cdc.errors import SpannerCdcError
-from spanner_cdc.names import WORKER_DAEMON_MODULE
-from spanner_cdc.spark import worker_zygote
 from spanner_cdc.spark.session import JIT_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -30,13 +28,10 @@ START_TIMEOUT_S = 120.0
 
 
 def spark_home() -> Path:
-    """The pyspark package directory holds bin/, sbin/ and jars/: a complete Spark distribution. Its links without
-    the zipped Python copy when the start cache is on (`spark/fast_start.py`: workers import compiled modules)."""
+    """The pyspark package directory holds bin/, sbin/ and jars/: a complete Spark distribution."""
     import pyspark
 
-    from spanner_cdc.spark.fast_start import cached_spark_home
-
-    return cached_spark_home() or Path(pyspark.__file__).parent
+    return Path(pyspark.__file__).parent
 
 
 def free_port() -> int:
@@ -192,9 +187,6 @@ class ConnectServer(_Launched):
     ) -> None:  # fmt: skip
         super().__init__(work_dir)
         self.env.update(env or {})
-        zygote = worker_zygote.start() if master.startswith("local") else None
-        if zygote is not None:  # each session's Python daemon is forked from it, its modules already imported
-            self.env[worker_zygote.ENV] = zygote
         self.port = free_port()
         self.url = f"sc://{HOST}:{self.port}"
         settings = {
@@ -205,8 +197,6 @@ class ConnectServer(_Launched):
             "spark.driver.bindAddress": HOST,
             "spark.pyspark.python": sys.executable,
             "spark.python.worker.reuse": "true",
-            # its Python workers fork from the daemon that imported the executor side's modules (spark/worker_daemon.py)
-            "spark.python.daemon.module": WORKER_DAEMON_MODULE,
             "spark.driver.defaultJavaOptions": DEV_JAVA_OPTIONS,  # as classic_conf: before any extraJavaOptions
             "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
             **(conf or {}),

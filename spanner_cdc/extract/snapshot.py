@@ -1,5 +1,4 @@
-"""A lineage's initial snapshot: every watched table read at T0, table by table, exactly once; extraction then starts after T0
-(the run; lake/snapshot.py holds the same snapshot's lake rows and marker, cli/commands/snapshot.py its command)."""
+"""A lineage's initial snapshot run: every watched table read at T0, table by table, exactly once; extraction starts after T0."""
 
 from __future__ import annotations
 
@@ -61,9 +60,16 @@ def _z(value: datetime | None) -> str | None:
 
 def server_now(database: Any) -> datetime:
     """The timestamp of a strong read now: Spanner's clock, not this machine's."""
-    with database.snapshot(multi_use=True) as snap:
-        list(snap.execute_sql("SELECT 1"))
-        return utc_given(snap._transaction_read_timestamp, "read timestamp")
+    from google.api_core import exceptions as gexc
+
+    from spanner_cdc.compat.google_cloud_spanner import strong_read_timestamp
+
+    try:
+        with database.snapshot() as snap:
+            rows = list(snap.execute_sql("SELECT CURRENT_TIMESTAMP()"))
+        return utc_given(rows[0][0], "CURRENT_TIMESTAMP()")
+    except (gexc.InvalidArgument, gexc.MethodNotImplemented):  # a server without it (the local one; PostgreSQL's now())
+        return utc_given(strong_read_timestamp(database), "read timestamp")
 
 
 def check_snapshot_time(database: Any, stream: str, at: datetime, now: datetime, retention: timedelta, namespace: str) -> None:

@@ -231,10 +231,8 @@ def replace_files(
 
 
 def _replace(table: Table, held: list[Any], paths: list[str], properties: dict[str, str], started: float) -> WindowCommit:
-    from pyiceberg.table import _parquet_files_to_data_files
-
     with table.transaction() as tx:
-        data_files = list(_parquet_files_to_data_files(tx.table_metadata, paths, table.io))
+        data_files = data_files_of(tx.table_metadata, paths, table.io)
         update = tx.update_snapshot(snapshot_properties=properties)
         # a first commit only appends: a new manifest, without reading the table's existing ones
         with update.overwrite() if held else update.fast_append() as snapshot:
@@ -402,24 +400,27 @@ def commit_compaction(
 
 
 def _compact(table: Table, held: list[Any], paths: list[str], properties: dict[str, str], started: float) -> WindowCommit:
-    from pyiceberg.table import _parquet_files_to_data_files
-    from pyiceberg.table.snapshots import Operation, Summary
-    from pyiceberg.table.update.snapshot import _OverwriteFiles
+    from pyiceberg.table.snapshots import Operation
 
-    class Rewrite(_OverwriteFiles):
-        """pyiceberg (0.12) has no rewrite API, and sums up only append, overwrite and delete snapshots: an overwrite
-        whose summary is computed as one, then named `replace` (the same rows in other files), as Iceberg's own
-        compaction names it."""
-
-        def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 - pyiceberg's signature
-            summary = super()._summary(snapshot_properties)
-            return Summary(Operation.REPLACE, **summary.additional_properties)
+    from spanner_cdc.compat.pyiceberg import replace_producer
 
     with table.transaction() as tx:
-        data_files = list(_parquet_files_to_data_files(tx.table_metadata, paths, table.io))
-        with Rewrite(operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=properties) as snapshot:
+        data_files = data_files_of(tx.table_metadata, paths, table.io)
+        with replace_producer()(operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=properties) as snapshot:
             _swap(snapshot, held, data_files)
     return _committed(table, data_files, held, started)
+
+
+def data_files_of(metadata: Any, paths: Sequence[str], io: Any) -> list[Any]:
+    """The DataFiles of Parquet files (their footers read in parallel), with pyiceberg's public converter."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    if len(paths) < 2:
+        return [parquet_file_to_data_file(io, metadata, path) for path in paths]
+    with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
+        return list(pool.map(lambda path: parquet_file_to_data_file(io, metadata, path), paths))
 
 
 def expire_snapshots(table: Table, older_than: datetime) -> int:

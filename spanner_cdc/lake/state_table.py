@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from spanner_cdc.compat import pyiceberg as pyiceberg_compat
 from spanner_cdc.errors import ExtractError
 from spanner_cdc.lake.completeness import record_from_summary, summary_properties
 from spanner_cdc.lake.current_state import Column
@@ -239,7 +240,7 @@ def commit_row_delta(
 
     with handle.transaction() as tx:
         operation = Operation.OVERWRITE if delete_files else Operation.APPEND
-        with _row_delta()(
+        with pyiceberg_compat.row_delta_producer()(
             operation, tx, handle.io, snapshot_properties=properties, delete_files=delete_files
         ) as producer:
             for data_file in data_files:
@@ -249,57 +250,13 @@ def commit_row_delta(
     return current.snapshot_id
 
 
-def _row_delta() -> Any:
-    """pyiceberg writes data manifests only: a producer that adds one manifest of position-delete files beside them."""
-    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestWriterV2
-    from pyiceberg.table.update.snapshot import _FastAppendFiles
-
-    class DeleteManifestWriter(ManifestWriterV2):
-        def content(self) -> ManifestContent:
-            return ManifestContent.DELETES
-
-        @property
-        def _meta(self) -> dict[str, str]:
-            return {**super()._meta, "content": "deletes"}
-
-    class RowDelta(_FastAppendFiles):
-        def __init__(self, *args: Any, delete_files: Sequence[DataFile], **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._delete_files = list(delete_files)
-
-        def _manifests(self) -> list[Any]:
-            manifests = super()._manifests()
-            if not self._delete_files:
-                return manifests
-            meta = self._transaction.table_metadata
-            writer = DeleteManifestWriter(
-                meta.spec(), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression
-            )
-            with writer:
-                for delete_file in self._delete_files:
-                    writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
-                                                       sequence_number=None, file_sequence_number=None, data_file=delete_file))  # fmt: skip
-            return [writer.to_manifest_file(), *manifests]
-
-        def _summary(self, snapshot_properties: dict[str, str] = {}) -> Any:  # noqa: B006 (pyiceberg's signature)
-            # the summary collector counts a delete file by its content: the delete files are counted with the data files
-            data = self._added_data_files
-            self._added_data_files = [*data, *self._delete_files]
-            try:
-                return super()._summary(snapshot_properties)
-            finally:
-                self._added_data_files = data
-
-    return RowDelta
-
-
 def commit_fold(handle: Table, replaced: Sequence[DataFile], added: Sequence[DataFile], properties: dict[str, str]) -> int:
     """One snapshot that replaces data files by their rewrites without deleted rows and drops every position-delete
     file (the caller folded every delete file the table has into the rewrites: the rows read stay the same)."""
     from pyiceberg.table.snapshots import Operation
 
     with handle.transaction() as tx:
-        with _fold()(Operation.OVERWRITE, tx, handle.io, snapshot_properties=properties) as producer:
+        with pyiceberg_compat.fold_producer()(Operation.OVERWRITE, tx, handle.io, snapshot_properties=properties) as producer:
             for data_file in replaced:
                 producer.delete_data_file(data_file)
             for data_file in added:
@@ -307,58 +264,6 @@ def commit_fold(handle: Table, replaced: Sequence[DataFile], added: Sequence[Dat
     current = handle.current_snapshot()
     assert current is not None
     return current.snapshot_id
-
-
-def _fold() -> Any:
-    """pyiceberg's overwrite rewrites data manifests only and checks every removed file is a data file: a producer
-    that also drops the delete manifests (all of them: every delete file was folded) and counts their files removed."""
-    from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntry, ManifestEntryStatus
-    from pyiceberg.table.update.snapshot import _SnapshotProducer
-
-    class Fold(_SnapshotProducer[Any]):
-        def _existing_manifests(self) -> list[Any]:
-            kept: list[Any] = []
-            snapshot = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id else None
-            for manifest in snapshot.manifests(io=self._io) if snapshot else []:
-                if manifest.content == ManifestContent.DELETES:
-                    self._folded += [e.data_file for e in manifest.fetch_manifest_entry(self._io, discard_deleted=True)]
-                    continue
-                entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
-                keep = [e for e in entries if e.data_file not in self._deleted_data_files]
-                if len(keep) == len(entries):
-                    kept.append(manifest)
-                elif keep:
-                    with self.new_manifest_writer(self.spec(manifest.partition_spec_id)) as writer:
-                        for e in keep:
-                            writer.add_entry(ManifestEntry.from_args(status=ManifestEntryStatus.EXISTING, snapshot_id=e.snapshot_id,
-                                                                     sequence_number=e.sequence_number,
-                                                                     file_sequence_number=e.file_sequence_number, data_file=e.data_file))  # fmt: skip
-                    kept.append(writer.to_manifest_file())
-            return kept
-
-        def _deleted_entries(self) -> list[Any]:
-            self._folded: list[Any] = []
-            snapshot = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id else None
-            out = []
-            for manifest in snapshot.manifests(io=self._io) if snapshot else []:
-                if manifest.content != ManifestContent.DATA:
-                    continue
-                for e in manifest.fetch_manifest_entry(self._io, discard_deleted=True):
-                    if e.data_file.content == DataFileContent.DATA and e.data_file in self._deleted_data_files:
-                        out.append(ManifestEntry.from_args(status=ManifestEntryStatus.DELETED, snapshot_id=self._snapshot_id,
-                                                           sequence_number=e.sequence_number,
-                                                           file_sequence_number=e.file_sequence_number, data_file=e.data_file))  # fmt: skip
-            return out
-
-        def _summary(self, snapshot_properties: dict[str, str] = {}) -> Any:  # noqa: B006 (pyiceberg's signature)
-            removed = self._deleted_data_files
-            self._deleted_data_files = {*removed, *self._folded}
-            try:
-                return super()._summary(snapshot_properties)
-            finally:
-                self._deleted_data_files = removed
-
-    return Fold
 
 
 def delete_data_file(

@@ -86,12 +86,10 @@ def _database_now(database: Any, dialect: str) -> dt.datetime:
             rows = list(snapshot.execute_sql(sql))
         return parse_datetime("database time", rows[0][0])
     except (gexc.InvalidArgument, gexc.MethodNotImplemented):
-        # Servers without SQL time functions (the local server) still answer BeginTransaction with the strong
-        # read timestamp, which is their "now"; the client keeps it on the snapshot.
-        with database.snapshot(multi_use=True) as snapshot:
-            snapshot.begin()
-            stamp = snapshot._transaction_read_timestamp
-        return parse_datetime("database time", stamp)
+        from spanner_cdc.compat.google_cloud_spanner import strong_read_timestamp
+
+        # servers without SQL time functions (the local server) answer BeginTransaction with their "now"
+        return parse_datetime("database time", strong_read_timestamp(database))
 
 
 def _resolve(params: Mapping[str, Any], run_id: str) -> tuple[dict[str, Any], Settings]:

@@ -8,21 +8,19 @@ Lines starting with PROGRESS are meant for a person; the result is a JSON file.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import inspect
 import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.compat.airflow import manual_data_interval
 from spanner_cdc.times import utc
 
 PROGRESS = "spanner-cdc-progress: "
-POLL_S = 0.1  # how long dag.test() waits when a pass over the run finds no task to run (its own wait: 1 s)
 
 
 def _parse_time(value: str) -> dt.datetime:
@@ -88,69 +86,9 @@ def _record(run: Any, started: float, **extra: Any) -> dict[str, Any]:
 def _real_start(run: Any, wall_start: dt.datetime) -> float | None:
     """Give the run the start it really had: dag.test() starts a run at its logical date, so Airflow showed a 5 s run
     of a past window as hours long. Returns the run's duration as Airflow now shows it (None while it has no end)."""
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
+    from spanner_cdc.compat.airflow import set_run_start
 
-    with create_session() as session:
-        stored = session.get(DagRun, run.id)
-        if stored is None:
-            return None
-        stored.start_date = wall_start
-        end = stored.end_date
-    return None if end is None else round((end - wall_start).total_seconds(), 1)
-
-
-@contextlib.contextmanager
-def _scheduled_interval(start: dt.datetime, end: dt.datetime) -> Iterator[None]:
-    """Within this block dag.test() gives its run the data interval [start, end), as the scheduler does.
-
-    dag.test() infers a manual run's interval from its logical date (the last interval ending at it), while the
-    scheduler's run of [start, end) has the logical date `start`: without this a window run here would carry
-    the logical date `end`, and the grid would show two runs of one window after an Airflow backfill.
-    """
-    from unittest import mock
-
-    from airflow.sdk import timezone
-    from airflow.serialization import encoders
-    from airflow.timetables.base import DataInterval
-
-    real = encoders.coerce_to_core_timetable
-
-    class Window:
-        def __init__(self, timetable: Any) -> None:
-            self.timetable = timetable
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.timetable, name)
-
-        def infer_manual_data_interval(self, *, run_after: Any) -> Any:
-            return DataInterval(timezone.coerce_datetime(start), timezone.coerce_datetime(end))
-
-    with mock.patch.object(encoders, "coerce_to_core_timetable", lambda obj: Window(real(obj))):
-        yield
-
-
-@contextlib.contextmanager
-def _short_polls() -> Iterator[None]:
-    """Within this block dag.test() looks for runnable tasks every POLL_S seconds instead of every second.
-
-    Its loop sleeps a second whenever a pass finds nothing to run: while trigger rules skip the empty waves of a
-    run, one level per pass, and while a retry waits out its delay. A run with six waves that needed two slept
-    some 7 s that way. Airflow has no setting for it, so only the sleeps called from DAG.test itself are
-    shortened; every other caller (the tasks run in this process among them) sleeps as long as it asks.
-    """
-    from unittest import mock
-
-    from airflow.sdk.definitions.dag import DAG
-
-    loop = inspect.unwrap(DAG.test).__code__
-    real = time.sleep
-
-    def sleep(seconds: float) -> None:
-        real(min(seconds, POLL_S) if sys._getframe(1).f_code is loop else seconds)
-
-    with mock.patch.object(time, "sleep", sleep):
-        yield
+    return set_run_start(run.id, wall_start)
 
 
 def _scheduled_window(dag: Any, start: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
@@ -174,7 +112,7 @@ def run_windows(dag: Any, windows: Sequence[tuple[dt.datetime, dt.datetime]]) ->
             raise SystemExit(
                 f"{dag.dag_id}: [{start}, {end}) is not a window of the DAG's schedule: give windows that match it"
             )
-        with _scheduled_interval(start, end), _short_polls():
+        with manual_data_interval(start, end):  # the scheduler's logical date: the window's start
             run = dag.test(logical_date=start, run_after=end)
         if (run.logical_date, run.data_interval_start, run.data_interval_end) != (start, start, end):
             raise SystemExit(
@@ -193,8 +131,7 @@ def run_triggered(dag: Any, conf: dict[str, Any]) -> list[dict[str, Any]]:
     print(f"{PROGRESS}{dag.dag_id} triggered with {json.dumps(conf)}", flush=True)
     started = time.monotonic()
     try:
-        with _short_polls():
-            run = dag.test(run_conf=conf)
+        run = dag.test(run_conf=conf)
     except ParamValidationError as exc:
         return [{"state": "refused", "error": str(exc), "seconds": round(time.monotonic() - started, 1)}]
     result = _record(run, started)

@@ -112,7 +112,11 @@ def detect_dialect(database: Database, configured: str = "auto") -> str:
         timeout=ADMIN_TIMEOUT_S,
         predicate=if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded),
     )
-    api = database._instance._client.database_admin_api
+    from google.cloud import spanner
+
+    # the database's project, through a client of its own: the client a Database came from is not public
+    project = database.name.split("/")[1]
+    api = spanner.Client(project=project, disable_builtin_metrics=True).database_admin_api
     try:
         response = api.get_database(name=database.name, retry=retry, timeout=ADMIN_TIMEOUT_S)
     except (gexc.GoogleAPICallError, gexc.RetryError) as exc:

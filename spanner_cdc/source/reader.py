@@ -12,9 +12,8 @@ from google.api_core import exceptions as gexc
 
 from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError, setting
 from spanner_cdc.model.records import ChangeRecord, DataChangeRecord, HeartbeatRecord, PartitionEndRecord
-from spanner_cdc.names import MUTABLE_KEY_RANGE, POSTGRESQL
+from spanner_cdc.names import MUTABLE_KEY_RANGE
 from spanner_cdc.source.decode.mapper import cached_row_mapper, lazy_decode
-from spanner_cdc.source.decode.postgresql import postgresql_records
 from spanner_cdc.source.decode.proto import proto_row_mapper
 from spanner_cdc.source.partition_mode import validate_partition_mode
 from spanner_cdc.source.queries import (
@@ -24,7 +23,6 @@ from spanner_cdc.source.queries import (
     validate_stream_name,
     validate_window,
 )
-from spanner_cdc.source.streaming_sql import streaming_sql
 from spanner_cdc.times import rfc3339
 
 log = logging.getLogger(__name__)
@@ -101,30 +99,6 @@ class _Progress:
         return self.last + ONE_MICROSECOND if self.complete else self.last
 
 
-class _ClientDecoders:
-    """Stands for a result set's per-column decoders (google-cloud-spanner's, built from the metadata) until a row is
-    decoded through them: the client builds them for every result set, lazy ones too (~0.3 ms for a ChangeRecord's
-    nested type, most of a small partition's query), and undecoded rows of the documented shape never use them."""
-
-    __slots__ = ("_results",)
-
-    def __init__(self, results: Any) -> None:
-        self._results = results
-
-    def __getitem__(self, index: int) -> Any:
-        results = self._results
-        if results._field_decoders is self:
-            results._field_decoders = None  # the client's own, built now and kept in their place
-        return results._decoders[index]
-
-
-def _decoders_on_demand(results: Any) -> None:
-    """Undecoded rows: the client's decoders built only if one is decoded (its decode_row, for an unexpected shape).
-    A client whose result set lacks those (private) attributes builds its decoders as before."""
-    if getattr(results, "_lazy_decode", False) and getattr(results, "_field_decoders", ()) is None:
-        results._field_decoders = _ClientDecoders(results)
-
-
 def _row_type_key(fields: Any) -> bytes:
     """The result's fields (names and types) as bytes: the same for every query of a stream (cached_row_mapper's key)."""
     key = bytearray()
@@ -159,7 +133,6 @@ class PartitionReader:
         self.resumes = 0  # re-queries made after transient failures, over this reader's life
         self._sleep: Callable[[float], None] = time.sleep
         self._partition_mode = None if str(partition_mode).lower() == "auto" else validate_partition_mode(partition_mode)
-        self._streaming_sql = streaming_sql(database)
 
     @property
     def dialect(self) -> str:
@@ -245,13 +218,6 @@ class PartitionReader:
         query = build_query(self.stream, self.dialect, token, start, end, self.heartbeat_ms, mutable=mutable)
         log.debug("%s %s: querying from %s to %s", self.stream, token, rfc3339(start), end and rfc3339(end))
         with self.database.snapshot() as snapshot:
-            if self._streaming_sql is not None:  # the client's generated API, without the snapshot's per-call layers
-                results = self._streaming_sql.execute(snapshot, query, self._request_options)
-                try:
-                    yield from self._records(results, mutable)
-                finally:  # a read that stops early (closed, or failed) ends the server's stream now, not when collected
-                    self._streaming_sql.cancel(results)
-                return
             results = snapshot.execute_sql(
                 query.sql,
                 params=query.params,
@@ -264,13 +230,6 @@ class PartitionReader:
 
     def _records(self, results: Any, mutable: bool) -> Iterator[ChangeRecord]:
         """A query's result set as records."""
-        # one JSON value a row: read off the result set's messages (the generated API's, or the client's resumed
-        # ones); a result set without that attribute (google-cloud-spanner's, not public) is read through its rows
-        messages = getattr(results, "_response_iterator", None)
-        if not mutable and self.dialect == POSTGRESQL and messages is not None:
-            yield from postgresql_records(messages)
-            return
-        _decoders_on_demand(results)
         mapper = None
         for row in results:
             if mapper is None:  # the metadata arrives with the first message

@@ -115,7 +115,8 @@ def type_json(spanner_type: Any) -> dict[str, Any]:
     """A result column's Type as the change stream's column_types write it: {"code": "INT64"}, arrays nested."""
     from google.cloud.spanner_v1 import TypeAnnotationCode, TypeCode
 
-    pb = getattr(spanner_type, "_pb", spanner_type)
+    as_pb = getattr(type(spanner_type), "pb", None)  # a proto-plus message's protobuf; a protobuf as it is
+    pb = as_pb(spanner_type) if as_pb is not None else spanner_type
     out: dict[str, Any] = {"code": TypeCode(pb.code).name}
     if pb.HasField("array_element_type"):
         out["array_element_type"] = type_json(pb.array_element_type)

@@ -11,18 +11,17 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from spanner_cdc import names
+from spanner_cdc.compat import pyspark as pyspark_compat
 from spanner_cdc.errors import ConfigError, SparkStartError
 from spanner_cdc.masking import mask_spark_master
-from spanner_cdc.spark import fast_start, registry, worker_zygote
-from spanner_cdc.spark.fast_start import FastStart
+from spanner_cdc.spark import registry
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,30 +76,26 @@ def log4j2_config() -> Path:
     return path
 
 
-# The driver JVM's optimizing compiler (C2) takes a method only after 10x the calls and loops it takes by default.
-# A driver lives for one extract: at 1,000 small partitions C2's threads used ~11 of its JVM's ~19 s of CPU compiling
-# code that ran a few thousand times (5 s with these), and even a long Spark check of 62 x 100,000 rows ran faster
-# (79 -> 62 s: less compiling beside it). C1 still compiles hot code early; `python -m bench.bench_check`.
+# The driver JVM's optimizing compiler (C2) takes a method only after 10x the calls and loops it takes by default: a
+# driver lives for one extract, and C2 otherwise spends much of its JVM's CPU compiling code that runs a few thousand
+# times; C1 still compiles hot code early (`python -m bench.bench_check`, `python -m bench.bench_scale`).
 JIT_OPTIONS = (
     "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
     "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
 )
 
 
-def classic_conf(master: str, java_options: str = "", zygote: str | None = None) -> dict[str, str]:
-    """Static settings of an in-process driver (local or against a standalone master); `zygote`: the socket of the
-    process its Python daemon is forked from (spark/worker_zygote.py)."""
+def classic_conf(master: str) -> dict[str, str]:
+    """Static settings of an in-process driver (local or against a standalone master)."""
     conf = {
         # Spark puts these defaults before the driver's and the executors' extraJavaOptions, so options a user set there
         # (spark-defaults.conf) still apply, after ours; a standalone cluster's executors live for one extract too
-        "spark.driver.defaultJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j2_config()} {JIT_OPTIONS} {java_options}".strip(),
+        "spark.driver.defaultJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j2_config()} {JIT_OPTIONS}",
         "spark.executor.defaultJavaOptions": JIT_OPTIONS,
         # executors run the data source with this interpreter, which has the package installed
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.python.worker.reuse": "true",
-        # the workers fork from a daemon that imported the executor side's modules once (spark/worker_daemon.py)
-        "spark.python.daemon.module": names.WORKER_DAEMON_MODULE,
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
@@ -113,8 +108,6 @@ def classic_conf(master: str, java_options: str = "", zygote: str | None = None)
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     if run_mode(master) == STANDALONE:
         conf["spark.executor.memory"] = "1g"
-    if zygote is not None:
-        conf[f"spark.executorEnv.{worker_zygote.ENV}"] = zygote
     return conf
 
 
@@ -128,10 +121,7 @@ def _alive(session: SparkSession) -> bool:
     stopped = getattr(session, "is_stopped", None)
     if stopped is not None:
         return not stopped
-    try:
-        return session.sparkContext._jsc is not None  # type: ignore[attr-defined]
-    except Exception:
-        return False
+    return pyspark_compat.context_running(session.sparkContext)
 
 
 def spark_session(settings: Settings | str) -> SparkSession:
@@ -216,15 +206,14 @@ _background = threading.local()  # .held: the _Held of the start this thread run
 
 class _HoldBackground(logging.Filter):
     """On the loggers of a start's modules: a record logged by a background start's thread waits in its _Held
-    (whichever module logs it: the class archive's writer logs from fast_start, a first run's case)."""
+    (whichever module logs it)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         held = getattr(_background, "held", None)
         return held is None or held.hold(record)
 
 
-for _logger in (log, fast_start.log):  # the modules that log while a session starts
-    _logger.addFilter(_HoldBackground())
+log.addFilter(_HoldBackground())
 
 
 def start_in_background(settings: Settings) -> None:
@@ -266,8 +255,7 @@ def _open(master: str) -> SparkSession:
                 os.environ[names.SPARK_CONNECT_MODE] = "1"  # which its DataFrame functions ask (without it they build classic Columns)
             return session
         session = _create(master)
-        if not isinstance(session, ClassicSession):  # which sets them when it makes its SQL side
-            set_runtime_conf(session)
+        set_runtime_conf(session)
         with _lock:
             _sessions[master] = session
         return session
@@ -276,9 +264,7 @@ def _open(master: str) -> SparkSession:
 def _stop_classic_driver(master: str) -> None:
     """One process, one kind of Spark: pyspark refuses a Connect session while this process runs a classic driver
     (SESSION_ALREADY_EXIST), so a driver started here for an earlier local or standalone master is stopped first."""
-    from pyspark import SparkContext
-
-    if SparkContext._active_spark_context is None:  # type: ignore[attr-defined]
+    if pyspark_compat.active_context() is None:
         return
     log.info("spark: stopping this process's driver before connecting to %s", mask_spark_master(master))
     with _lock:
@@ -286,8 +272,9 @@ def _stop_classic_driver(master: str) -> None:
         stopping = [_sessions.pop(other) for other in classic]
     for session in stopping:
         session.stop()
-    if SparkContext._active_spark_context is not None:  # type: ignore[attr-defined]
-        SparkContext._active_spark_context.stop()  # type: ignore[attr-defined]
+    running = pyspark_compat.active_context()
+    if running is not None:
+        running.stop()
 
 
 def _create(master: str) -> SparkSession:
@@ -298,28 +285,11 @@ def _create(master: str) -> SparkSession:
         return SparkSession.builder.remote(master).appName(APP_NAME).getOrCreate()
     drop_connect_markers()  # before asking pyspark for the active session: with a marker it answers with Connect's
     active = SparkSession.getActiveSession()
-    if active is None and SparkSession._instantiatedSession is not None:  # type: ignore[attr-defined]
-        active = SparkSession._instantiatedSession  # type: ignore[attr-defined]
     if active is not None and is_classic(active) and _alive(active):
         return active
-    from pyspark import SparkContext
-
-    running = SparkContext._active_spark_context  # type: ignore[attr-defined]
-    if running is not None and running._jsc is not None:  # a driver whose SQL side nobody made yet
-        return classic_session(running)
     log.info("spark: starting a driver for master %s", master)
     workers_run_this_python()
-    zygote = worker_zygote.start() if run_mode(master) == LOCAL else None  # its imports overlap the JVM's start
-    fast = _fast_start()
-    context = start_driver(master, APP_NAME, fast.java_options(), zygote)
-    fast.started()
-    context.setLogLevel("ERROR")
-    return classic_session(context)
-
-
-def classic_session(context: Any) -> SparkSession:
-    """The session of a classic driver's SparkContext (`ClassicSession`: its SQL side at its first use)."""
-    return cast("SparkSession", ClassicSession(context))
+    return start_driver(master, APP_NAME)
 
 
 def set_runtime_conf(session: Any) -> None:
@@ -327,63 +297,11 @@ def set_runtime_conf(session: Any) -> None:
         session.conf.set(key, value)
 
 
-class ClassicSession:
-    """A local or standalone driver's session: its SparkContext at once, and pyspark's SparkSession (the SQL side) made
-    at the first use of anything else, which it then stands for.
-
-    Making the SQL side costs the driver JVM ~0.75 s (the session's state, its configuration, Scala's runtime
-    reflection), on the path of every extract's start; an extract of the default lake writer runs only RDD jobs
-    (`token_job._wave_rows`) and never needs it. A snapshot, a state or verify job, Spark's writer and any DataFrame
-    make it, with RUNTIME_CONF, once.
-    """
-
-    def __init__(self, context: Any) -> None:
-        self.sparkContext = context
-        self._sql: SparkSession | None = None
-        self._making = threading.Lock()
-
-    @property
-    def is_stopped(self) -> bool:
-        return self.sparkContext._jsc is None  # its SQL side's stop stops it too
-
-    def sql_session(self) -> SparkSession:
-        """pyspark's SparkSession on this driver, made (with RUNTIME_CONF) at the first call."""
-        with self._making:
-            if self._sql is None:
-                from pyspark.sql import SparkSession
-
-                sql = SparkSession(self.sparkContext)
-                set_runtime_conf(sql)
-                self._sql = sql
-            return self._sql
-
-    def __getattr__(self, name: str) -> Any:  # only for what this class does not have itself
-        if name.startswith("__") or name in ("_sql", "_making", "sparkContext"):
-            raise AttributeError(name)
-        return getattr(self.sql_session(), name)
-
-    def stop(self) -> None:
-        if self._sql is not None:
-            self._sql.stop()
-        else:
-            self.sparkContext.stop()
-
-
 def workers_run_this_python() -> None:
     """Spark starts the data source's planner process from PYSPARK_PYTHON, not from spark.pyspark.python: without
     it, that process is whatever `python3` is first on PATH, which lacks the package."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-
-def _fast_start() -> FastStart:
-    """The start caches, when pyspark is about to launch a JVM; the Spark home goes to the environment pyspark reads."""
-    from pyspark import SparkContext
-
-    fast = FastStart.prepare(new_jvm=SparkContext._gateway is None)  # type: ignore[attr-defined]
-    if fast.home is not None:
-        os.environ["SPARK_HOME"] = str(fast.home)
-    return fast
 
 
 JVM_START_ATTEMPTS = 2  # a JVM that dies on start under load usually starts on the next try
@@ -421,47 +339,17 @@ def drop_connect_markers() -> None:
         os.environ.pop(name, None)
 
 
-class _NumpyArgument:
-    """One of pyspark's converters of numpy arguments for py4j, asked only about numpy objects. pyspark's own
-    `can_convert` imports pyspark.testing.utils (pandas with it: ~0.6 s of a core) at the first argument a process
-    sends to its JVM, while that JVM waits to be asked for the SparkContext (~0.8 s of a driver's start here); no
-    argument this project sends is a numpy object, and one that is still converts as pyspark converts it."""
-
-    def __init__(self, converter: Any) -> None:
-        self.converter = converter
-
-    def can_convert(self, obj: Any) -> bool:
-        # numpy not imported (or still being imported by another thread): obj is not a numpy object; py4j asks
-        # every converter about every argument of every call, so this stays two lookups and one isinstance
-        numpy = sys.modules.get("numpy")
-        kinds = (getattr(numpy, "generic", ()), getattr(numpy, "ndarray", ()))  # () matches nothing
-        return isinstance(obj, kinds) and self.converter.can_convert(obj)
-
-    def convert(self, obj: Any, gateway_client: Any) -> Any:
-        return self.converter.convert(obj, gateway_client)
-
-
-def numpy_arguments_on_demand() -> None:
-    """py4j's argument converters with pyspark's numpy ones behind `_NumpyArgument` (py4j's own list, in place)."""
-    from py4j import protocol
-    from pyspark.sql import types
-
-    named = (getattr(types, name, None) for name in ("NumpyArrayConverter", "NumpyScalarConverter"))
-    numpy_converters = tuple(c for c in named if isinstance(c, type))  # none in another pyspark: nothing changes
-    for n, converter in enumerate(protocol.INPUT_CONVERTER):
-        if isinstance(converter, numpy_converters):
-            protocol.INPUT_CONVERTER[n] = _NumpyArgument(converter)
-
-
-def classic_context(master: str, app_name: str, java_options: str = "", zygote: str | None = None) -> Any:
-    """A classic driver's SparkContext for `master` with classic_conf (or this process's running one)."""
-    from pyspark import SparkConf, SparkContext
+def classic_session(master: str, app_name: str) -> SparkSession:
+    """A classic driver's SparkSession for `master` with classic_conf (or this process's running one)."""
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
 
     drop_connect_markers()
-    numpy_arguments_on_demand()
-    settings = classic_conf(master, java_options, zygote)
+    settings = classic_conf(master)
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
-    return SparkContext.getOrCreate(conf)
+    session = SparkSession.builder.config(conf=conf).getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def is_classic(session: Any) -> bool:
@@ -490,15 +378,15 @@ def local_cores(master: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def start_driver(master: str, app_name: str, java_options: str = "", zygote: str | None = None) -> Any:
-    """A classic driver's SparkContext (`classic_context`), started once more when the JVM exits before it is up;
+def start_driver(master: str, app_name: str) -> SparkSession:
+    """A classic driver's SparkSession (`classic_session`), started once more when the JVM exits before it is up;
     then one line that says what to check."""
     from pyspark.errors import PySparkRuntimeError
 
     for attempt in range(1, JVM_START_ATTEMPTS + 1):
         try:
-            with _spawn_without_fork_handlers():
-                return classic_context(master, app_name, java_options, zygote)
+            with pyspark_compat.gateway_popen(spawn_ignoring_sigint):
+                return classic_session(master, app_name)
         except PySparkRuntimeError as exc:
             if exc.getCondition() != "JAVA_GATEWAY_EXITED":
                 raise
@@ -515,19 +403,6 @@ def start_driver(master: str, app_name: str, java_options: str = "", zygote: str
 # threads are busy, a few children in a hundred abort there, before exec, so no JVM ever starts and pyspark
 # reports JAVA_GATEWAY_EXITED. Spawned without a preexec_fn, no fork handler runs; SIGINT is ignored in this
 # process around the spawn instead (a Ctrl-C in those milliseconds is lost), which the child inherits through exec.
-@contextmanager
-def _spawn_without_fork_handlers() -> Iterator[None]:
-    """While pyspark launches its gateway here, its Popen is `spawn_ignoring_sigint`."""
-    from pyspark import java_gateway
-
-    original = java_gateway.Popen
-    java_gateway.Popen = spawn_ignoring_sigint  # type: ignore[assignment,misc]
-    try:
-        yield
-    finally:
-        java_gateway.Popen = original  # type: ignore[misc]
-
-
 def spawn_ignoring_sigint(args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
     """Popen without preexec_fn; the child starts with SIGINT ignored when this is the main thread (only it may
     change handlers); from another thread the child starts in a session of its own, out of the terminal's reach
@@ -588,14 +463,4 @@ def stop_sessions(keep: Sequence[SparkSession] = ()) -> None:
 
 
 def _stop(session: SparkSession) -> None:
-    """session.stop(), without waiting on a classic driver's accumulator server: pyspark's stop() shuts it down in
-    line, and its handler notices only at its next poll, up to a second later (~1 s of every extract's exit here).
-    It is shut down in a thread of its own instead: in the background in a process that goes on, not at all in one
-    that ends."""
-    context = getattr(session, "sparkContext", None) if is_classic(session) else None
-    server = getattr(context, "_accumulatorServer", None)
-    if context is not None and server is not None:
-        context._accumulatorServer = None  # type: ignore[assignment]
     session.stop()
-    if server is not None:
-        threading.Thread(target=server.shutdown, name="spark-accumulator-stop", daemon=True).start()

@@ -21,15 +21,16 @@ def airflow_authorize() -> Callable[..., None]:
     """A FastAPI dependency: the caller must be an authenticated Airflow user allowed to read DAG runs.
 
     Plugin apps are mounted without any protection, so every route depends on this. Airflow's own
-    `get_user` resolves the JWT from the Authorization header or the UI's session cookie (401 when
+    `get_user` (compat.airflow) resolves the JWT from the Authorization header or the UI's session cookie (401 when
     missing or expired, 403 when invalid); the auth manager then decides on DAG-run read access.
     """
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-    from airflow.api_fastapi.core_api.security import get_user
     from fastapi import Depends, HTTPException
 
-    def authorize(user: Any = Depends(get_user)) -> None:  # noqa: B008 - FastAPI's dependency idiom
+    from spanner_cdc.compat.airflow import api_server_user
+
+    def authorize(user: Any = Depends(api_server_user())) -> None:  # noqa: B008 - FastAPI's dependency idiom
         allowed = get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN, user=user)
         if not allowed:
             raise HTTPException(status_code=403, detail=FORBIDDEN)
@@ -81,15 +82,9 @@ def connect() -> StoreTarget:
 
 def find_run(dag_id: str, logical_date: datetime) -> str | None:
     """The newest run of `dag_id` at `logical_date` in Airflow's database (the scheduler's, or one dag.test made)."""
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
+    from spanner_cdc.compat.airflow import run_id_at
 
-    with create_session() as session:
-        run_id = session.scalar(
-            select(DagRun.run_id).where(DagRun.dag_id == dag_id, DagRun.logical_date == logical_date).order_by(DagRun.id.desc()).limit(1)
-        )
-    return None if run_id is None else str(run_id)
+    return run_id_at(dag_id, logical_date)
 
 
 def build_app() -> FastAPI:

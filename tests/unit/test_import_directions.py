@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Lowest floor first. docs/architecture.md draws the same floors. Packages on one floor are siblings: neither imports
 # the other (each imports only its own package and the floors below), except the pairs in SIBLING_IMPORTS.
 LAYERS: list[set[str]] = [
-    {"errors", "names", "masking", "times", "json_text"},  # vocabulary, formats and error types: import nothing of the project
+    {"errors", "names", "masking", "times", "json_text", "compat"},  # vocabulary, formats, error types, other libraries' internals: import nothing of the project
     # configuration: the validators of values, the settings, the streams' tables; the shipped files (read as data)
     {"validators", "settings", "stream_config", "resources"},
     {"lineage", "model"},  # pure: the partition rules; the typed records and their dispatch

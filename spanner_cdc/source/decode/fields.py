@@ -1,10 +1,10 @@
-"""What the decoders share: the change record's field names, the checks of a field's value, the construction of a
-record from checked values, RFC 3339 timestamps, and the errors a malformed row raises."""
+"""What the decoders share: field names, value checks, record construction, timestamps and malformed-row errors."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from json import loads as _json_loads
 from typing import Any
 
 from google.cloud.spanner_v1.data_types import JsonObject
@@ -37,7 +37,6 @@ _MOD_TYPES = frozenset(MOD_TYPES)
 _VALUE_CAPTURE_TYPES = frozenset(VALUE_CAPTURE_TYPES)
 # what a malformed row makes the mapping code raise; turned into SourceError with the raw row
 SHAPE_ERRORS = (IndexError, KeyError, TypeError, ValueError, AttributeError)
-_dict_items = dict.items
 
 
 class Malformed(Exception):
@@ -87,22 +86,28 @@ def as_sequence(value: Any, name: str) -> str:
     raise Malformed(f"{name} is not a string")
 
 
+def plain_json(value: JsonObject) -> Any:
+    """The client's JsonObject (a dict subclass that also stands for arrays, scalars and null) as the plain JSON value
+    it holds, through its public serialization: a dict, list, scalar, or None for JSON null."""
+    text = value.serialize()
+    return None if text is None else _json_loads(text)
+
+
 def as_json_object(value: Any, name: str, null_is_empty: bool) -> dict[str, Any]:
-    """A JSON object as a plain dict; the client decodes JSON to JsonObject, which also models
-    arrays, scalars and null as (empty) dicts, so those are told apart here."""
+    """A JSON object as a plain dict; the client decodes JSON to JsonObject, which also models arrays, scalars and
+    null, so those are told apart here."""
     if type(value) is dict:
         return value
     if isinstance(value, JsonObject):
-        if value._is_array or value._is_scalar_value:
+        value = plain_json(value)
+        if type(value) is dict:
+            return value
+        if value is not None:
             raise Malformed(f"{name} is not a JSON object")
-        if value._is_null:
-            if null_is_empty:
-                return {}
-            raise Malformed(f"{name} is null")
-        # through dict's own items view: JsonObject overrides __iter__, keys() and __getitem__ in Python
-        return dict(_dict_items(value))
     if value is None and null_is_empty:
         return {}
+    if value is None:
+        raise Malformed(f"{name} is null")
     raise Malformed(f"{name} is not a JSON object")
 
 

@@ -1,9 +1,8 @@
-"""PostgreSQL rows -> typed records: one JSON object per row with exactly one key, taken from the client's rows or
-straight off its stream of messages."""
+"""PostgreSQL rows -> typed records: one JSON object per row with exactly one key."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from json import loads as _json_loads
 from typing import Any
 
@@ -33,13 +32,10 @@ from spanner_cdc.source.decode.fields import (
     build_mod,
     parse_timestamp,
     pg_column_types,
+    plain_json,
     row_error,
 )
 from spanner_cdc.source.decode.pg_json import FastDataChanges
-
-_dict_items = dict.items
-_dict_len = dict.__len__
-
 
 
 def _pg_data_change(d: dict[str, Any], columns_cache: ColumnTypesCache) -> DataChangeRecord:
@@ -88,15 +84,13 @@ class _PostgresqlRecords:
                     value = _json_loads(value.string_value)
                 except ValueError:
                     raise Malformed("the row is not JSON") from None
-            if type(value) is JsonObject:
-                if value._is_array or value._is_scalar_value or value._is_null:
-                    raise Malformed("the row is not a JSON object")
-            elif type(value) is not dict:
+            if isinstance(value, JsonObject):
+                value = plain_json(value)
+            if type(value) is not dict:
                 raise Malformed("the row is not a JSON object")
-            # dict's own methods: JsonObject overrides len() and items() in Python
-            if _dict_len(value) != 1:
+            if len(value) != 1:
                 raise Malformed(f"expected exactly one of {', '.join(RECORD_KINDS)}, got keys {sorted(value)}")
-            ((kind, body),) = _dict_items(value)
+            ((kind, body),) = value.items()
             if type(body) is not dict:
                 raise Malformed(f"{kind} is not a JSON object" if kind in RECORD_KINDS else f"unknown record kind {kind!r}")
             if kind == "data_change_record":
@@ -123,34 +117,5 @@ def postgresql_mapper(fields: Sequence[Any]) -> RowMapper:
     return map_row
 
 
-def postgresql_records(responses: Iterable[Any]) -> Iterator[ChangeRecord]:
-    """The records of a PostgreSQL change stream query straight off its PartialResultSets (the client's stream,
-    resumed by the client as usual): each row is one JSON value, so the client's row assembly is skipped, a list per
-    row held for a whole message, ~0.6 us a record plus the full GC passes those promoted lists set off. A value the
-    server split over messages (chunked_value) is joined first, as the client joins a string."""
-    from google.cloud.spanner_v1 import PartialResultSet, ResultSetMetadata
-
-    as_pb = PartialResultSet.pb
-    records: _PostgresqlRecords | None = None
-    pending: Any = None  # the first chunks of a value the next message continues
-    for response in responses:
-        message = as_pb(response)
-        if records is None:  # the metadata arrives with the first message
-            postgresql_mapper(ResultSetMetadata.wrap(message.metadata).row_type.fields)  # checks: one JSON column
-            records = _PostgresqlRecords()
-        values: Any = message.values
-        if pending is not None or message.chunked_value:
-            values = list(values)
-            if pending is not None and values:
-                values[0] = _WireValue(string_value=pending.string_value + values[0].string_value)
-                pending = None
-            if message.chunked_value:
-                pending = values.pop()
-        for value in values:
-            yield records(value)
-    if pending is not None:
-        raise SourceError("malformed change record: the stream ended inside a chunked value", raw=pending)
-
-
-__all__ = ["postgresql_mapper", "postgresql_records"]
+__all__ = ["postgresql_mapper"]
 

@@ -46,7 +46,7 @@ WINDOW = ["--window-start", "2024-05-01T10:00:00Z", "--window-end", "2024-05-01T
          "invalid --dialect='MYSQL': expected one of auto, GOOGLE_STANDARD_SQL, POSTGRESQL"),
         (["read", "--stream", "s", "--start", "now", "--format", "xml"], "invalid --format='xml': expected one of jsonl, text"),
         (["lineage", "show", "--format", "svg"], "invalid --format='svg': expected one of text, json, dot"),
-        (["extrct"], "invalid COMMAND='extrct': expected one of demo, up, down, read, db, extract, snapshot, lineage, lake, verify, local-spanner"),
+        (["extrct"], "invalid COMMAND='extrct': expected one of demo, up, down, read, init, db, extract, snapshot, lineage, lake, verify, local-spanner"),
         (["local-spanner", "serve", "--port", "abc"], "invalid --port='abc': expected an integer"),
         (["extract", "--window-start", "2024-05-01T10:00:00Z"],
          "the following arguments are required: --window-end (see `spanner-cdc extract --help`)"),
@@ -143,7 +143,7 @@ cli.run()
 
 
 def test_the_command_ends_with_mains_code_after_its_threads_its_exit_hooks_and_all_its_output(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """`run` (the installed command, `python -m spanner_cdc`) skips the interpreter's teardown, not its exit steps."""
+    """`run` (the installed command, `python -m spanner_cdc`) ends as an interpreter's exit: threads, hooks, output."""
     import os
     import subprocess
     import sys

@@ -107,27 +107,6 @@ def test_a_field_of_another_type_than_documented_disables_the_wire_path(code: Ty
     assert wire_mapper([StructType.Field(name="ChangeRecord", type_=record_type)]) is None
 
 
-def test_a_lazy_result_set_builds_the_clients_decoders_only_for_a_row_it_decodes() -> None:
-    from spanner_cdc.source.reader import _ClientDecoders, _decoders_on_demand
-
-    fields = undocumented_fields()
-    metadata = ResultSetMetadata(row_type=StructType(fields=fields))
-    value = ex.encode([{"data_change_record": [ex.TRANSFER_1["data_change_record"]], "heartbeat_record": []}], fields[0].type_)
-    message = PartialResultSet(metadata=metadata, resume_token=b"t")
-    PartialResultSet.pb(message).values.append(value)
-    results = StreamedResultSet(iter([message]), lazy_decode=True)
-    _decoders_on_demand(results)
-    (row,) = list(results)
-    assert type(results._field_decoders) is _ClientDecoders  # the rows came through undecoded, nothing built
-    (record,) = row_mapper("GOOGLE_STANDARD_SQL", results.fields, results.decode_row)(row)
-    assert type(results._field_decoders) is list  # the client's own, built once for the row it decoded
-    (expected,) = row_mapper("GOOGLE_STANDARD_SQL", *ex.googlesql_rows([ex.TRANSFER_1])[:1])(ex.googlesql_rows([ex.TRANSFER_1])[1][0])
-    assert record == expected
-    decoded = StreamedResultSet(iter([message]), lazy_decode=False)
-    _decoders_on_demand(decoded)  # rows the client decodes itself keep their decoders
-    assert decoded._field_decoders is None and list(decoded)
-
-
 def test_a_threads_cached_mapper_maps_each_result_set_as_a_fresh_one() -> None:
     import threading
 

@@ -100,49 +100,20 @@ def test_each_mod_type_and_capture_type_takes_the_fast_path_and_maps_like_the_sl
     assert fast(json.dumps(ex.with_changes(ex.TRANSFER_1, **{field: accepted[0].lower()}))) is None
 
 
-def _messages(values: list[Any], splits: dict[int, list[int]], fields: Any) -> list[Any]:
-    """PartialResultSets of the values, one message per value, value i split at the text offsets splits[i] (each
-    piece its own message, all but the last marked chunked_value, as the server chunks a long value)."""
-    from google.cloud.spanner_v1 import PartialResultSet, ResultSetMetadata, StructType
-    from google.protobuf.struct_pb2 import Value
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [({"a": 1}, {"a": 1}), ([1, 2], "not a JSON object"), ("text", "not a JSON object"), (None, "is null")],
+)
+def test_the_clients_json_objects_are_told_apart_through_their_public_serialization(value: Any, expected: Any) -> None:
+    from google.cloud.spanner_v1.data_types import JsonObject
 
-    pieces: list[tuple[Any, bool]] = []
-    for index, value in enumerate(values):
-        text, cuts = value.string_value, [0, *splits.get(index, []), len(value.string_value)]
-        parts = [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
-        pieces += [(Value(string_value=part), n < len(parts) - 1) for n, part in enumerate(parts)]
-    messages = []
-    for index, (piece, chunked) in enumerate(pieces):
-        message = PartialResultSet.pb()(chunked_value=chunked)
-        message.values.append(piece)
-        if index == 0:
-            message.metadata.CopyFrom(ResultSetMetadata.pb(ResultSetMetadata(row_type=StructType(fields=fields))))
-        messages.append(PartialResultSet.wrap(message))
-    return messages
+    from spanner_cdc.source.decode.fields import Malformed, as_json_object
 
-
-def test_postgresql_records_off_the_messages_join_chunked_values_like_the_client() -> None:
-    from spanner_cdc.source.decode.postgresql import postgresql_records
-
-    examples = [*DATA_CHANGES, ex.HEARTBEAT, ex.CHILD_PARTITIONS]
-    fields, rows = ex.postgresql_rows(examples, lazy=True)
-    values = [row[0] for row in rows]
-    expected = _records("POSTGRESQL", examples)
-    # the second value in two pieces, the fourth in three (a middle piece continues one value and is continued)
-    messages = _messages(values, {1: [10], 3: [5, 40]}, fields)
-    assert len(messages) == len(values) + 3
-    assert list(postgresql_records(messages)) == expected
-    assert list(postgresql_records(_messages(values, {}, fields))) == expected
-
-
-def test_postgresql_records_refuse_a_stream_that_ends_inside_a_value_or_is_not_one_json_column() -> None:
-    from spanner_cdc.errors import SourceError
-    from spanner_cdc.source.decode.postgresql import postgresql_records
-
-    fields, rows = ex.postgresql_rows([ex.TRANSFER_1], lazy=True)
-    cut = _messages([rows[0][0]], {0: [20]}, fields)[:1]  # the first piece only
-    with pytest.raises(SourceError, match="ended inside a chunked value"):
-        list(postgresql_records(cut))
-    googlesql_fields, _ = ex.googlesql_rows([ex.TRANSFER_1], lazy=True)
-    with pytest.raises(SourceError, match="expected one JSON column"):
-        list(postgresql_records(_messages([rows[0][0]], {}, googlesql_fields)))
+    if isinstance(expected, dict):
+        assert as_json_object(JsonObject(value), "mods.keys", False) == expected
+        assert type(as_json_object(JsonObject(value), "mods.keys", False)) is dict
+        return
+    with pytest.raises(Malformed, match=expected):
+        as_json_object(JsonObject(value), "mods.keys", False)
+    if value is None:
+        assert as_json_object(JsonObject(value), "mods.new_values", True) == {}

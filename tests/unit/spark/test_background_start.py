@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from spanner_cdc.errors import SparkStartError
-from spanner_cdc.spark import fast_start, session
+from spanner_cdc.spark import session
 
 RELEASE = threading.Event()  # a start under way ends when it is set
 
@@ -78,7 +78,6 @@ def test_a_background_starts_output_waits_until_the_run_takes_it(
     written: list[bytes] = []
     monkeypatch.setattr(session, "_write_stderr", written.append)
     caplog.set_level(logging.INFO, logger=session.log.name)
-    caplog.set_level(logging.INFO, logger=fast_start.log.name)
     held = session._Held()
     read, write = os.pipe()
     held.relay(os.fdopen(read, "rb"))  # as a JVM's stderr pipe
@@ -86,7 +85,7 @@ def test_a_background_starts_output_waits_until_the_run_takes_it(
     def start() -> None:  # what a background start logs, from its own thread, whichever module logs it
         session._background.held = held
         session.log.info("spark: starting a driver for master %s", "local[2]")
-        fast_start.log.info("spark: writing a class archive for faster driver starts in the background (pid %s, once)", 1)
+        session.log.info("spark: driver up")
 
     starting = threading.Thread(target=start)
     starting.start()
@@ -102,7 +101,7 @@ def test_a_background_starts_output_waits_until_the_run_takes_it(
     assert written == [b"jvm: first\n"] and [r.getMessage() for r in caplog.records] == [
         "spark: not a start's",
         "spark: starting a driver for master local[2]",
-        "spark: writing a class archive for faster driver starts in the background (pid 1, once)",
+        "spark: driver up",
     ]
     os.write(write, b"jvm: later\n")
     os.close(write)

@@ -45,7 +45,7 @@ def test_a_tasks_tokens_share_one_file_per_table_in_the_tokens_order(tmp_path: P
     ]
     assert [f.path for f in files.published] == published_locations(root) == [destination(t, 0) for t in ("Orders", "Users")]
     assert [f.bytes for f in files.published] == [Path(f.path).stat().st_size for f in files.published]
-    users = pq.read_table(files.published[1].path)
+    users = pq.ParquetFile(files.published[1].path).read()  # the file as written (read_table adds hive columns before pyarrow 25)
     assert users.schema == LAKE_SCHEMA
     assert [r["partition_token"] for r in users.to_pylist()] == ["a"] * 8 + ["b"] * 4  # the tokens' order
     assert not any(p.name.startswith(".") for p in (tmp_path / "lake").rglob("*"))  # no scratch left behind
