@@ -133,3 +133,11 @@ def test_a_rule_naming_no_column_of_a_watched_table_is_found() -> None:
     found = unmatched_rules(policy, {"Users": ("UserId", "Email")})
     assert found == ["hash_columns names Users.Emial, but the stream watches Users with columns Email, UserId"]  # Later: not watched yet
     assert unmatched_rules(parse_policy("p", RULES), {"Users": ("UserId", "Email", "Phone", "Birthday", "Notes")}) == []
+
+
+def test_the_key_comes_from_an_airflow_connection_s_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("airflow.sdk")
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_HASH", json.dumps({"conn_type": "generic", "password": "p" * 20}))
+    assert resolve_key(Policy(hash_columns=("U.E",), hash_key_connection="cdc_hash")) == b"p" * 20
+    with pytest.raises(ConfigError, match="Airflow connection cdc_missing"):
+        resolve_key(Policy(hash_columns=("U.E",), hash_key_connection="cdc_missing"))
