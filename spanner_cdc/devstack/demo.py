@@ -241,7 +241,7 @@ def _run(
                 env, [job], extra_env=demo_env(paths, lineage_url, host, settings, lake), log_path=paths.logs / "airflow.log",
                 retries=1, on_progress=None if echo is None else (lambda line: _say(echo, "  " + line)),
             )
-        return _summary(paths, lineage_url, lake, windows, runs, 1.0, started, echo, source=EMULATOR_SOURCE)
+        return _summary(settings, paths, lineage_url, lake, windows, runs, 1.0, started, echo, source=EMULATOR_SOURCE)
 
     # The clock starts early enough that the stream exists before the first window, whatever the start-up
     # takes, and the history ends an hour before the wall clock's hour (inside the stream's retention).
@@ -274,11 +274,11 @@ def _run(
             env, [job], extra_env=extra, log_path=paths.logs / "airflow.log", retries=1,
             on_progress=None if echo is None else (lambda line: _say(echo, "  " + line)),
         )
-    return _summary(paths, lineage_url, lake, windows, runs, rate, started, echo, source=LOCAL_SOURCE)
+    return _summary(settings, paths, lineage_url, lake, windows, runs, rate, started, echo, source=LOCAL_SOURCE)
 
 
 def _summary(
-    paths: DemoPaths, lineage_url: str, lake: Path | str, windows: list[tuple[dt.datetime, dt.datetime]],
+    settings: Settings, paths: DemoPaths, lineage_url: str, lake: Path | str, windows: list[tuple[dt.datetime, dt.datetime]],
     runs: list[dict[str, Any]], rate: float, started: float, echo: Echo, *, source: str,
 ) -> DemoSummary:  # fmt: skip
     state = {"lineage_url": lineage_url, "first_window": windows[0][0].isoformat(), "rate": rate, "lake": str(lake), "source": source}
