@@ -58,20 +58,6 @@ def _z(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def server_now(database: Any) -> datetime:
-    """The timestamp of a strong read now: Spanner's clock, not this machine's."""
-    from google.api_core import exceptions as gexc
-
-    from spanner_cdc.compat.google_cloud_spanner import strong_read_timestamp
-
-    try:
-        with database.snapshot() as snap:
-            rows = list(snap.execute_sql("SELECT CURRENT_TIMESTAMP()"))
-        return utc_given(rows[0][0], "CURRENT_TIMESTAMP()")
-    except (gexc.InvalidArgument, gexc.MethodNotImplemented):  # a server without it (the local one; PostgreSQL's now())
-        return utc_given(strong_read_timestamp(database), "read timestamp")
-
-
 def check_snapshot_time(database: Any, stream: str, at: datetime, now: datetime, retention: timedelta, namespace: str) -> None:
     """Refuse up front a T0 in the future, past the database's version_retention_period, or the stream's retention."""
     if at > now:
@@ -111,7 +97,9 @@ def _begin(settings: Settings, store: MetadataStore, database: Any, meta: Any, d
                 f"(leave {setting('at')} out), or snapshot into another {setting('namespace')}"
             )
         at = start - MICROSECOND
-    now = server_now(database)
+    from spanner_cdc.source.client import server_now
+
+    now = server_now(database, dialect)
     at = now if at is None else at
     check_snapshot_time(database, stream, at, now, meta.retention, namespace)
     if not partitions:  # extraction starts right after T0: commits at T0 are in the snapshot, later ones in the change log

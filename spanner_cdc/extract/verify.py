@@ -86,9 +86,8 @@ def run_verify(
     """Compare a closed window's state tables (a `fraction` of their key buckets, drawn with `seed`) with a stale read
     of the source at its end - 1 us, and its change log with a fresh read of the window while the stream keeps it;
     the result is kept with the window (`verify` of its row in the store)."""
-    from spanner_cdc.extract.snapshot import server_now
     from spanner_cdc.lake.state_table import BUCKETS
-    from spanner_cdc.source.client import detect_dialect, open_database, stream_metadata
+    from spanner_cdc.source.client import detect_dialect, open_database, server_now, stream_metadata
 
     fraction = check_fraction(fraction)
     seed = random.SystemRandom().randrange(1 << 31) if seed is None else seed
@@ -244,8 +243,7 @@ def _verify_change_log(
 ) -> tuple[ChangeLogCheck, list[Mismatch]]:  # fmt: skip
     """The window's change log vs a fresh read of the window from the change stream, by uuid (ids are deterministic),
     the read's records through the window's landing policy (a table left out is compared as absent on both sides)."""
-    from spanner_cdc.extract.snapshot import server_now
-    from spanner_cdc.source.client import format_retention
+    from spanner_cdc.source.client import format_retention, server_now
 
     now = server_now(database)
     if window.start < now - meta.retention:

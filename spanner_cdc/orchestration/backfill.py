@@ -68,28 +68,12 @@ def windows_to_read(spec: Mapping[str, Any]) -> list[tuple[dt.datetime, dt.datet
 
 def source_clock(settings: Settings) -> tuple[dt.datetime, dt.timedelta, dt.datetime | None]:
     """The database's current time, the stream's retention and creation time, read from Spanner."""
-    from spanner_cdc.source.client import detect_dialect, open_database, stream_metadata
+    from spanner_cdc.source.client import detect_dialect, open_database, server_now, stream_metadata
 
     database = open_database(settings)
     dialect = detect_dialect(database, settings.dialect)
     metadata = stream_metadata(database, str(settings.stream), dialect)
-    return _database_now(database, dialect), metadata.retention, metadata.created_at
-
-
-def _database_now(database: Any, dialect: str) -> dt.datetime:
-    """The source's clock, not ours: retention is measured against it (and the local server's runs accelerated)."""
-    from google.api_core import exceptions as gexc
-
-    sql = "SELECT now()" if dialect == "POSTGRESQL" else "SELECT CURRENT_TIMESTAMP()"
-    try:
-        with database.snapshot() as snapshot:
-            rows = list(snapshot.execute_sql(sql))
-        return parse_datetime("database time", rows[0][0])
-    except (gexc.InvalidArgument, gexc.MethodNotImplemented):
-        from spanner_cdc.compat.google_cloud_spanner import strong_read_timestamp
-
-        # servers without SQL time functions (the local server) answer BeginTransaction with their "now"
-        return parse_datetime("database time", strong_read_timestamp(database))
+    return server_now(database, dialect), metadata.retention, metadata.created_at
 
 
 def _resolve(params: Mapping[str, Any], run_id: str) -> tuple[dict[str, Any], Settings]:

@@ -154,6 +154,17 @@ def _dialect_option(database: Database) -> str:
     return value
 
 
+def server_now(database: Database, dialect: str | None = None) -> datetime:
+    """Spanner's clock (the time function of a strong read), not this machine's: retention and the window's end are
+    measured by it, and the local server's may run ahead. `dialect` None: the database's, detected once."""
+    sql = "SELECT now()" if (dialect or detect_dialect(database)) == POSTGRESQL else "SELECT CURRENT_TIMESTAMP()"
+    with database.snapshot() as snapshot:
+        ((now,),) = list(snapshot.execute_sql(sql))
+    if not isinstance(now, datetime):
+        raise SourceError(f"{_where(database)}: {sql} answered {now!r}, not a timestamp")
+    return utc(now, assume_utc=True)
+
+
 def parse_retention(value: str) -> timedelta:
     """Spanner's retention_period option: a number with d, h, m or s (e.g. 7d, 36h)."""
     match = _RETENTION.match(value or "")

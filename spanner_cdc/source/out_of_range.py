@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from spanner_cdc.errors import SourceError
 from spanner_cdc.times import parse_rfc3339
 
 CREATION, RETENTION, FUTURE, OTHER = "creation", "retention", "future", "other"
@@ -32,15 +33,12 @@ def spanner_now(database: Any, dialect: str) -> datetime | None:
     may run ahead of this machine's. None when the server cannot say."""
     from google.api_core import exceptions as gexc
 
-    from spanner_cdc.times import utc
+    from spanner_cdc.source.client import server_now
 
-    sql = "SELECT now()" if dialect == "POSTGRESQL" else "SELECT CURRENT_TIMESTAMP()"
     try:
-        with database.snapshot() as snapshot:
-            ((now,),) = list(snapshot.execute_sql(sql))
-    except (gexc.GoogleAPICallError, ValueError):
+        return server_now(database, dialect)
+    except (gexc.GoogleAPICallError, SourceError, ValueError):
         return None
-    return utc(now, assume_utc=True) if isinstance(now, datetime) else None
 
 
 def classify(message: str, retention: timedelta | None = None, now: datetime | None = None) -> OutOfRange:

@@ -119,7 +119,7 @@ def check_port_free(port: int, flag: str = "--port") -> None:
 def wait_for_window_end(database: Any, end: datetime, *, wait: bool, out: TextIO) -> None:
     """A window whose end Spanner's clock has not reached: refused, naming when it can be extracted, or (`wait`) waited
     for with a line on `out` every WAIT_PROGRESS_S; a change stream query to a future end would wait without a word."""
-    from spanner_cdc.extract.snapshot import server_now
+    from spanner_cdc.source.client import server_now
     from spanner_cdc.times import iso_z
 
     while (now := server_now(database)) < end:
