@@ -143,7 +143,8 @@ def handle(args: argparse.Namespace) -> int:
     dialect = detect_dialect(database, settings.dialect)
     metadata = stream_metadata(database, settings.stream, dialect)
     reader = PartitionReader(
-        database, settings.stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, request_tag="spanner-cdc-read"
+        database, settings.stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, request_tag="spanner-cdc-read",
+        read_options=settings.read_options,
     )
     records: Iterator[tuple[str | None, ChangeRecord]]
     if args.all_partitions:
