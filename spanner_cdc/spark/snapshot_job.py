@@ -91,7 +91,7 @@ def _batches(spec: SnapshotJobSpec, index: int) -> Iterator[pa.RecordBatch]:
 
     shared = {"session_id": spec.session_id, "transaction_id": base64.b64decode(spec.transaction_id)}
     snapshot = BatchSnapshot.from_dict(_database(spec), shared)
-    batch_query = ReadOptions.from_text(spec.read_options).batch_query(spec.sql, spec.tokens[index])
+    batch_query = ReadOptions.from_text(spec.read_options).batch_query(spec.sql, spec.tokens[index], tag="spanner-cdc-snapshot")
     results = snapshot.process_query_batch(batch_query, lazy_decode=True)
     key_count = len(json.loads(spec.keys))
     policy = applier_from(spec.policy, spec.policy_secret)

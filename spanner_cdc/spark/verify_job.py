@@ -112,7 +112,7 @@ def source_rows(task: VerifyTask, policy: PolicyApplier | None = None) -> Iterat
     handle, arrow, keys = _open(task)
     shared = {"session_id": task.session_id, "transaction_id": base64.b64decode(task.transaction_id)}
     snapshot = BatchSnapshot.from_dict(_database(task), shared)
-    batch_query = ReadOptions.from_text(task.read_options).batch_query(task.sql, base64.b64decode(task.partition))
+    batch_query = ReadOptions.from_text(task.read_options).batch_query(task.sql, base64.b64decode(task.partition), tag="spanner-cdc-verify")
     results = snapshot.process_query_batch(batch_query, lazy_decode=True)
     batch: list[dict[str, Any]] = []
     types: list[tuple[str, dict[str, Any]]] = []
