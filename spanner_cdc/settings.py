@@ -15,7 +15,7 @@ from typing import Any
 from spanner_cdc import names, validators
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.policy import Policy, parse_policy
-from spanner_cdc.source.read_options import DirectedRead, ReadOptions, parse_directed_read, parse_priority, parse_switch
+from spanner_cdc.read_options import DirectedRead, ReadOptions, parse_directed_read, parse_priority, parse_switch
 from spanner_cdc.validators import (
     byte_size,
     choice,

@@ -13,8 +13,8 @@ from spanner_cdc import validators
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.names import hourly_dag_id
 from spanner_cdc.policy import Policy, parse_policy
+from spanner_cdc.read_options import DirectedRead, parse_directed_read, parse_priority
 from spanner_cdc.settings import DIALECTS, Settings, output_root
-from spanner_cdc.source.read_options import DirectedRead, parse_directed_read, parse_priority
 from spanner_cdc.times import utc
 from spanner_cdc.validators import boolean, byte_size, choice, duration, fraction, identifier, int_between, text
 

@@ -13,6 +13,7 @@ from google.api_core import exceptions as gexc
 from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError, setting
 from spanner_cdc.model.records import ChangeRecord, DataChangeRecord, HeartbeatRecord, PartitionEndRecord
 from spanner_cdc.names import MUTABLE_KEY_RANGE
+from spanner_cdc.read_options import ReadOptions
 from spanner_cdc.source.decode.mapper import cached_row_mapper, lazy_decode
 from spanner_cdc.source.decode.proto import proto_row_mapper
 from spanner_cdc.source.out_of_range import CREATION, FUTURE, OTHER, classify
@@ -24,7 +25,6 @@ from spanner_cdc.source.queries import (
     validate_stream_name,
     validate_window,
 )
-from spanner_cdc.source.read_options import ReadOptions
 from spanner_cdc.times import rfc3339
 
 log = logging.getLogger(__name__)

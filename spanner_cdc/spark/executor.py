@@ -117,7 +117,7 @@ def _database(spec: TokenJobSpec | Any) -> Any:
 def _read(
     spec: TokenJobSpec, summary: ControlSummary, hold: list[EnvelopeBatcher] | None = None, hold_bytes: int = HOLD_BYTES
 ) -> Iterator[pa.RecordBatch]:
-    from spanner_cdc.source.read_options import ReadOptions
+    from spanner_cdc.read_options import ReadOptions
     from spanner_cdc.source.reader import PartitionReader
 
     reader = PartitionReader(

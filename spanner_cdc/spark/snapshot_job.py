@@ -87,7 +87,7 @@ def _batches(spec: SnapshotJobSpec, index: int) -> Iterator[pa.RecordBatch]:
     stream's landing policy (the same rules, and the same hashes, as the change log's)."""
     from google.cloud.spanner_v1.database import BatchSnapshot
 
-    from spanner_cdc.source.read_options import ReadOptions
+    from spanner_cdc.read_options import ReadOptions
 
     shared = {"session_id": spec.session_id, "transaction_id": base64.b64decode(spec.transaction_id)}
     snapshot = BatchSnapshot.from_dict(_database(spec), shared)

@@ -105,7 +105,7 @@ def source_rows(task: VerifyTask, policy: PolicyApplier | None = None) -> Iterat
     from google.cloud.spanner_v1.database import BatchSnapshot
 
     from spanner_cdc.policy import HASHED_TYPE
-    from spanner_cdc.source.read_options import ReadOptions
+    from spanner_cdc.read_options import ReadOptions
     from spanner_cdc.source.snapshot_tables import plain, type_json
     from spanner_cdc.spark.executor import _database
 

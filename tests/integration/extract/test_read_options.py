@@ -15,7 +15,7 @@ from spanner_cdc.extract.snapshot import run_snapshot
 from spanner_cdc.extract.verify import run_verify
 from spanner_cdc.extract.window import run_window
 from spanner_cdc.local_spanner.control import ControlClient
-from spanner_cdc.source.read_options import parse_directed_read
+from spanner_cdc.read_options import parse_directed_read
 from spanner_cdc.store import MetadataStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
