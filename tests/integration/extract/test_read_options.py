@@ -63,6 +63,8 @@ def test_snapshot_verify_and_change_stream_reads_ask_for_data_boost_priority_and
         assert entry["priority"] == "PRIORITY_LOW", entry
         assert entry["directed_read_options"] == DIRECTED, entry
     assert any(e["request_tag"] == "spanner-cdc-verify" for e in changes)  # verify's change log re-read too
+    metadata = [e for e in seen if e["method"] != "PartitionQuery" and e not in snapshot + verify + changes]
+    assert metadata and all(e["directed_read_options"] == DIRECTED for e in metadata), metadata  # the client's default
 
 
 def test_without_the_settings_reads_ask_for_nothing(
