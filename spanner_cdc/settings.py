@@ -15,6 +15,7 @@ from typing import Any
 from spanner_cdc import names, validators
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.policy import Policy, parse_policy
+from spanner_cdc.read_options import DirectedRead, ReadOptions, parse_directed_read, parse_priority, parse_switch
 from spanner_cdc.validators import (
     byte_size,
     choice,
@@ -166,6 +167,16 @@ class Settings:
         default=Policy(), metadata=_meta(parse_policy, "what lands: tables included or excluded, columns excluded, hashed, masked or nulled (docs/governance.md)")
     )
 
+    data_boost: bool = field(
+        default=False, metadata=_meta(parse_switch, "the snapshot's and verify's partitioned reads run on Data Boost (independent compute; needs spanner.databases.useDataBoost)")
+    )
+    request_priority: str | None = field(
+        default=None, metadata=_meta(parse_priority, "priority of every query of the stream, change stream queries included: low, medium or high (unset: Spanner's default, high)")
+    )
+    directed_read: DirectedRead | None = field(
+        default=None, metadata=_meta(parse_directed_read, 'replicas every read of the stream goes to, as JSON: {"include": ["us-east1:READ_ONLY"]} or {"exclude": ["us-central1"]} (docs/governance.md)')
+    )
+
     # ---- tuning: how an extract spends its work; read by the driver, carried to executors in their job specs
     wave_group_tokens: int = field(
         default=512, metadata=_meta(int_between(1, 10_000), "most tokens in one Spark job (and store commit) of a wave; 1: a job per token")
@@ -197,6 +208,10 @@ class Settings:
     state_driver_rows: int = field(
         default=50_000, metadata=_meta(int_between(0, 10_000_000), "most rows a current-state apply or seed handles in the driver (the manifest's counts); above, a Spark job; 0: always Spark")
     )
+
+    @property
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(self.data_boost, self.request_priority, self.directed_read)
 
     @property
     def lease(self) -> timedelta:
@@ -270,7 +285,7 @@ TUNING_FIELDS = ("wave_group_tokens", "task_tokens", "task_threads", "check_driv
                  "current_state_keep", "state_task_memory", "state_driver_rows")  # fmt: skip
 SUBPROCESS_FIELDS = ("project", "instance", "database", "stream", "metadata_url", "output_root", "iceberg_catalog", "spark_master",
                      "namespace", "concurrency", "heartbeat_ms", "home", "target_file_size", "snapshot_retention",
-                     "orphan_min_age", "lineage_retention", "policy", *TUNING_FIELDS)  # fmt: skip
+                     "orphan_min_age", "lineage_retention", "policy", "data_boost", "request_priority", "directed_read", *TUNING_FIELDS)  # fmt: skip
 
 
 def subprocess_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from spanner_cdc import validators
 from spanner_cdc.errors import ConfigError
 from spanner_cdc.names import hourly_dag_id
 from spanner_cdc.policy import Policy, parse_policy
+from spanner_cdc.read_options import DirectedRead, parse_directed_read, parse_priority
 from spanner_cdc.settings import DIALECTS, Settings, output_root
 from spanner_cdc.times import utc
 from spanner_cdc.validators import boolean, byte_size, choice, duration, fraction, identifier, int_between, text
@@ -53,6 +54,9 @@ class StreamConfig:
     deadline_minutes: int = 90  # a window not complete this long after its end misses its deadline (0: no deadline)
     deadline_notifier: str | None = None  # dotted path of an Airflow notifier (or async callable) run on a miss
     deadline_notifier_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    data_boost: bool | None = None  # the snapshot's and verify's partitioned reads on Data Boost (docs/governance.md)
+    request_priority: str | None = None  # low / medium / high, every query of the stream
+    directed_read: DirectedRead | None = None  # [streams.<name>.directed_read]: replicas the stream's reads go to
     policy: Policy | None = None  # [streams.<name>.policy]: what lands (spanner_cdc/policy.py, docs/governance.md)
 
     @property
@@ -76,7 +80,8 @@ class StreamConfig:
         """`base` with this stream's values on top: per-stream values win over the global ones."""
         overrides: dict[str, Any] = {"stream": self.change_stream}
         for name in ("project", "instance", "database", "dialect", "heartbeat_ms", "output_root", "concurrency",
-                     "target_file_size", "snapshot_retention", "orphan_min_age", "lineage_retention", "policy"):  # fmt: skip
+                     "target_file_size", "snapshot_retention", "orphan_min_age", "lineage_retention", "policy",
+                     "data_boost", "request_priority", "directed_read"):  # fmt: skip
             value = getattr(self, name)
             if value is not None:
                 overrides[name] = value
@@ -154,6 +159,9 @@ PARSERS: dict[str, Any] = {
     "deadline_notifier": _dotted_path,
     "deadline_notifier_kwargs": _table,
     "policy": parse_policy,
+    "data_boost": boolean,
+    "request_priority": parse_priority,
+    "directed_read": parse_directed_read,
 }
 ACCEPTED_KEYS = ("name", *PARSERS)
 

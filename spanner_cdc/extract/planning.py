@@ -55,12 +55,13 @@ def check_retention(stream: str, start: datetime, retention: timedelta, namespac
 
 
 def root_partitions(
-    database: Any, stream: str, *, dialect: str, heartbeat_ms: int, at: datetime, retention: timedelta, namespace: str
+    database: Any, stream: str, *, dialect: str, heartbeat_ms: int, at: datetime, retention: timedelta, namespace: str,
+    read_options: Any = None,
 ) -> tuple[datetime, list[ChildPartition]]:
     """The NULL-token query at `at`: the partitions alive then (and proof that `at` is still readable)."""
     from spanner_cdc.source.reader import PartitionReader
 
-    reader = PartitionReader(database, stream, dialect=dialect, heartbeat_ms=heartbeat_ms)
+    reader = PartitionReader(database, stream, dialect=dialect, heartbeat_ms=heartbeat_ms, read_options=read_options)
     try:
         records = [r for r in reader.read(None, at, at) if isinstance(r, ChildPartitionsRecord | PartitionStartRecord)]
     except RetentionError as exc:

@@ -105,7 +105,7 @@ def _begin(settings: Settings, store: MetadataStore, database: Any, meta: Any, d
     if not partitions:  # extraction starts right after T0: commits at T0 are in the snapshot, later ones in the change log
         begin, roots = root_partitions(
             database, stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, at=at + MICROSECOND,
-            retention=meta.retention, namespace=namespace,
+            retention=meta.retention, namespace=namespace, read_options=settings.read_options,
         )  # fmt: skip
         store.bootstrap(lineage.id, begin, roots)
     return lineage.id, store.begin_snapshot(lineage.id, at).at
@@ -119,7 +119,8 @@ def _read_table(settings: Settings, spark: Any, database: Any, table: WatchedTab
     batch = database.batch_snapshot(read_timestamp=at)
     try:
         sql = table.select(dialect)
-        parts = list(batch.generate_query_batches(sql, max_partitions=max(2, settings.concurrency)))
+        reads = settings.read_options
+        parts = list(batch.generate_query_batches(sql, max_partitions=max(2, settings.concurrency), **reads.partition_kwargs()))
         shared = batch.to_dict()
         spec = SnapshotJobSpec(
             project=settings.project, instance=settings.instance, database=settings.database, emulator_host=settings.emulator_host,
@@ -128,6 +129,7 @@ def _read_table(settings: Settings, spark: Any, database: Any, table: WatchedTab
             at=at, session_id=shared["session_id"], transaction_id=base64.b64encode(shared["transaction_id"]).decode(),
             partitions=json.dumps([base64.b64encode(p["partition"]).decode() for p in parts]),
             policy="" if settings.policy.empty else str(settings.policy), policy_secret=resolve_key(settings.policy).hex(),
+            read_options=str(reads),
         )  # fmt: skip
         listing = run_snapshot_job(spark, spec)
     finally:

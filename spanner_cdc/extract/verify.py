@@ -228,11 +228,13 @@ def _table_tasks(
     columns = tuple(f.name for f in schema.fields if f.name not in keys)
     sql = WatchedTable(table, tuple(keys), columns, ()).select(dialect)
     shared = batch.to_dict()
-    for part in batch.generate_query_batches(sql, max_partitions=max(2, settings.concurrency)):
+    reads = settings.read_options
+    for part in batch.generate_query_batches(sql, max_partitions=max(2, settings.concurrency), **reads.partition_kwargs()):
         tasks.append(VerifyTask(
             "source", **common, project=str(settings.project), instance=str(settings.instance), database=str(settings.database),
             emulator_host=settings.emulator_host, sql=sql, session_id=shared["session_id"],
             transaction_id=base64.b64encode(shared["transaction_id"]).decode(), partition=base64.b64encode(part["partition"]).decode(),
+            read_options=str(reads),
         ))  # fmt: skip
     return tasks
 
@@ -271,7 +273,8 @@ def _fresh_read(
     stream = meta.name
     start = effective_start(stream, meta.created_at, window.start, window.end)
     reader = PartitionReader(
-        database, stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, request_tag="spanner-cdc-verify"
+        database, stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, request_tag="spanner-cdc-verify",
+        read_options=settings.read_options,
     )
     batcher = EnvelopeBatcher(
         EnvelopeContext(stream, "verify", "", window.start, window.end), with_partition_column=False

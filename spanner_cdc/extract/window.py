@@ -203,7 +203,7 @@ def plan_window(
             asking = time.monotonic()
             root_start, roots = root_partitions(
                 database, stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, at=effective,
-                retention=meta.retention, namespace=settings.namespace,
+                retention=meta.retention, namespace=settings.namespace, read_options=settings.read_options,
             )  # fmt: skip
             source_s = time.monotonic() - asking
             if begins is None:
@@ -358,6 +358,7 @@ def _connection(settings: Settings, dialect: str, partition_mode: str) -> dict[s
         "dialect": dialect,
         "partition_mode": partition_mode,
         "heartbeat_ms": settings.heartbeat_ms,
+        "read_options": str(settings.read_options),
     }
 
 

@@ -25,9 +25,10 @@ class ControlService:
 
     def __init__(
         self, engine: Any, faults: Any, status: Callable[[], dict[str, Any]], commit_lock: Any = None, clock: Any = None,
-        sweep_ttl: Callable[[], int] | None = None,
+        sweep_ttl: Callable[[], int] | None = None, requests: Any = None,
     ) -> None:
         self.engine = engine
+        self.requests = requests  # request_log.RequestLog of the Spanner service
         self.sweep_ttl = sweep_ttl
         self.clock = clock
         self.faults = faults
@@ -66,6 +67,14 @@ class ControlService:
             raise QueryError("UNIMPLEMENTED", "this server has no row deletion policy sweeper")
         return {"deleted": self.sweep_ttl()}
 
+    def read_requests(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.requests is None:
+            raise QueryError("UNIMPLEMENTED", "this server keeps no log of requests")
+        found = self.requests.entries(int(request.get("since", 0)), request.get("database"))
+        if request.get("clear"):
+            self.requests.clear()
+        return {"requests": found}
+
     def handlers(self) -> grpc.GenericRpcHandler:
         def unary(method: Callable[[dict[str, Any]], dict[str, Any]]) -> grpc.RpcMethodHandler:
             def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -91,6 +100,7 @@ class ControlService:
                 "Status": unary(lambda _: self.status()),
                 "SetClockRate": unary(self.set_clock_rate),
                 "SweepTtl": unary(self.sweep),
+                "Requests": unary(self.read_requests),
             },
         )
 
@@ -147,6 +157,11 @@ class ControlClient:
     def sweep_ttl(self) -> int:
         """Run the row deletion policies now, as the server's sweeper does every --ttl-interval; rows deleted."""
         return int(self._call("SweepTtl", {})["deleted"])
+
+    def requests(self, database: str | None = None, since: int = 0, clear: bool = False) -> list[dict[str, Any]]:
+        """The read options the server's last queries and reads asked for (each: method, database, sql, partitioned,
+        data_boost_enabled, priority, request_tag, directed_read_options, seq), of `database` if given, after `since`."""
+        return list(self._call("Requests", {"database": database, "since": since, "clear": clear})["requests"])
 
     def close(self) -> None:
         self._channel.close()

@@ -77,7 +77,7 @@ class LocalSpannerServer:
         self.spanner = spanner_service.SpannerService(self.catalog, self.engine, self.faults)
         self.admin = admin_service.AdminService(self.catalog)
         self.control = ControlService(self.engine, self.faults, self.status, commit_lock=self.catalog.lock, clock=self.clock,
-                                      sweep_ttl=self.sweep_ttl)
+                                      sweep_ttl=self.sweep_ttl, requests=self.spanner.requests)
         self._ttl = TtlSweeper(self.sweep_ttl, options.ttl_interval) if options.ttl_interval > 0 else None
         self._server: grpc.Server | None = None
         self._stopping = threading.Event()

@@ -44,6 +44,7 @@ from spanner_cdc.local_spanner.query_run import read_rows, run_select
 from spanner_cdc.local_spanner.record_bytes import EncodedRecords
 from spanner_cdc.local_spanner.record_encoding import GOOGLESQL_METADATA, RecordEncoder, pg_metadata
 from spanner_cdc.local_spanner.record_proto import ProtoRecordEncoder, proto_metadata
+from spanner_cdc.local_spanner.request_log import RequestLog
 from spanner_cdc.local_spanner.sessions import Sessions
 from spanner_cdc.local_spanner.sql_statements import Dml, Select
 from spanner_cdc.local_spanner.statement_results import BatchStatement, Result, Selector, typed_params
@@ -87,6 +88,7 @@ class SpannerService:
         self.partitions = Partitions()
         self._plans: OrderedDict[tuple[str, bool], sql.Plan] = OrderedDict()
         self.active_reads = 0
+        self.requests = RequestLog()  # the read options asked for (control API: Requests)
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -142,6 +144,20 @@ class SpannerService:
             returned = timestamp if options.read_only.return_read_timestamp else None
             return Transaction(b"", READ_ONLY, read_timestamp=timestamp), b"", returned
         return None, b"", None
+
+    def _note(self, method: str, request: Any, database: str) -> None:
+        """Record the request's read options (and refuse directed reads in a read-write transaction, as Spanner does)."""
+        selector = request.transaction
+        which = selector.WhichOneof("selector")
+        if which == "begin":
+            read_write = selector.begin.WhichOneof("mode") != READ_ONLY
+        elif which == "id":
+            with self._lock:
+                known = self._transactions.get(selector.id)
+            read_write = known is not None and known.kind != READ_ONLY
+        else:
+            read_write = False
+        self.requests.record(method, request, database, read_write)
 
     def _view(self, database: Database, transaction: Transaction | None) -> ReadView:
         """Called under the catalog lock: a read-write transaction records what it reads as of the newest commit."""
@@ -228,6 +244,7 @@ class SpannerService:
 
     def execute_streaming_sql(self, request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
         session = self._session(request.session)
+        self._note("ExecuteStreamingSql", request, session.database)
         database = self.catalog.database(session.database)
         plan = self._plan(request.sql, database.postgres)
         if request.partition_token:
@@ -244,6 +261,7 @@ class SpannerService:
 
     def execute_sql(self, request: Any, context: grpc.ServicerContext) -> bytes:
         session = self._session(request.session)
+        self._note("ExecuteSql", request, session.database)
         database = self.catalog.database(session.database)
         plan = self._plan(request.sql, database.postgres)
         if isinstance(plan, sql.ChangeStreamQuery):
@@ -281,6 +299,7 @@ class SpannerService:
 
     def _read(self, request: Any) -> Result:
         session = self._session(request.session)
+        self._note("Read", request, session.database)
         database = self.catalog.database(session.database)
         if request.partition_token:
             return self.partitions.read_part(request, self._read_all, database)
@@ -301,6 +320,7 @@ class SpannerService:
 
     def partition_query(self, request: Any, context: grpc.ServicerContext) -> bytes:
         session = self._session(request.session)
+        self._note("PartitionQuery", request, session.database)
         database = self.catalog.database(session.database)
         plan = self._plan(request.sql, database.postgres)
         transaction, begun, returned_ts = self._selected(request, database)

@@ -65,7 +65,11 @@ def open_database(settings: Settings) -> Database:
     from google.auth.exceptions import DefaultCredentialsError
 
     try:
-        client = spanner.Client(project=settings.project, disable_builtin_metrics=bool(settings.emulator_host))
+        # the stream's directed reads, as the client's default for every read-only query (metadata ones too)
+        directed = None if settings.directed_read is None else settings.directed_read.client_options()
+        client = spanner.Client(
+            project=settings.project, disable_builtin_metrics=bool(settings.emulator_host), directed_read_options=directed
+        )
     except DefaultCredentialsError:
         raise SourceError(
             f"no Google Cloud credentials for Cloud Spanner (project {settings.project}): set "

@@ -13,6 +13,7 @@ from google.api_core import exceptions as gexc
 from spanner_cdc.errors import ConfigError, NotFound, RetentionError, SourceError, setting
 from spanner_cdc.model.records import ChangeRecord, DataChangeRecord, HeartbeatRecord, PartitionEndRecord
 from spanner_cdc.names import MUTABLE_KEY_RANGE
+from spanner_cdc.read_options import ReadOptions
 from spanner_cdc.source.decode.mapper import cached_row_mapper, lazy_decode
 from spanner_cdc.source.decode.proto import proto_row_mapper
 from spanner_cdc.source.out_of_range import CREATION, FUTURE, OTHER, classify
@@ -124,12 +125,16 @@ class PartitionReader:
         priority: str | None = None,
         max_resumes: int = 20,
         partition_mode: str = "auto",
+        read_options: ReadOptions | None = None,
     ) -> None:
         self.database = database
         self.stream = validate_stream_name(stream)
         self.heartbeat_ms = validate_heartbeat(heartbeat_ms)
         self._dialect = None if str(dialect).lower() == "auto" else validate_dialect(dialect)
-        self._request_options = _request_options(request_tag, priority)
+        self._request_options = _request_options(request_tag, priority or (read_options.priority if read_options else None))
+        # the stream's directed reads apply to change stream queries too (a read-only, single-use snapshot)
+        directed = None if read_options is None else read_options.directed_read
+        self._directed = {} if directed is None else {"directed_read_options": directed.client_options()}
         self.max_resumes = max_resumes
         self.resumes = 0  # re-queries made after transient failures, over this reader's life
         self._sleep: Callable[[float], None] = time.sleep
@@ -226,6 +231,7 @@ class PartitionReader:
                 request_options=self._request_options,
                 timeout=None,  # a change stream query lives as long as its window; the client's default is 1 h
                 lazy_decode=mutable or lazy_decode(self.dialect),
+                **self._directed,
             )
             yield from self._records(results, mutable)
 

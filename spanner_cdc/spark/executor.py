@@ -117,10 +117,12 @@ def _database(spec: TokenJobSpec | Any) -> Any:
 def _read(
     spec: TokenJobSpec, summary: ControlSummary, hold: list[EnvelopeBatcher] | None = None, hold_bytes: int = HOLD_BYTES
 ) -> Iterator[pa.RecordBatch]:
+    from spanner_cdc.read_options import ReadOptions
     from spanner_cdc.source.reader import PartitionReader
 
     reader = PartitionReader(
-        _database(spec), spec.stream, dialect=spec.dialect, heartbeat_ms=spec.heartbeat_ms, partition_mode=spec.partition_mode
+        _database(spec), spec.stream, dialect=spec.dialect, heartbeat_ms=spec.heartbeat_ms, partition_mode=spec.partition_mode,
+        read_options=ReadOptions.from_text(spec.read_options),
     )
     try:
         yield from envelope_batches(spec, reader.read(spec.token, spec.read_from, spec.read_to), summary, hold, hold_bytes)

@@ -57,6 +57,7 @@ class SnapshotJobSpec:
     # the landing policy's JSON text ("" for none) and its HMAC key as hex (as a token job's: `spark/spec.py`)
     policy: str = ""
     policy_secret: str = field(default="", repr=False)
+    read_options: str = ""  # the stream's ReadOptions as text: Data Boost, priority, directed reads ("" for none)
 
     def options(self) -> dict[str, str]:
         return {k: v.isoformat() if isinstance(v, datetime) else str(v) for k, v in asdict(self).items() if v is not None}
@@ -68,6 +69,7 @@ class SnapshotJobSpec:
         values["at"] = datetime.fromisoformat(str(values["at"]))
         values["max_rows"] = int(values["max_rows"] or DEFAULT_MAX_ROWS)
         values["policy"], values["policy_secret"] = values["policy"] or "", values["policy_secret"] or ""
+        values["read_options"] = values["read_options"] or ""
         return cls(**values)
 
     @property
@@ -85,9 +87,12 @@ def _batches(spec: SnapshotJobSpec, index: int) -> Iterator[pa.RecordBatch]:
     stream's landing policy (the same rules, and the same hashes, as the change log's)."""
     from google.cloud.spanner_v1.database import BatchSnapshot
 
+    from spanner_cdc.read_options import ReadOptions
+
     shared = {"session_id": spec.session_id, "transaction_id": base64.b64decode(spec.transaction_id)}
     snapshot = BatchSnapshot.from_dict(_database(spec), shared)
-    results = snapshot.process_query_batch({"partition": spec.tokens[index], "query": {"sql": spec.sql}}, lazy_decode=True)
+    batch_query = ReadOptions.from_text(spec.read_options).batch_query(spec.sql, spec.tokens[index], tag="spanner-cdc-snapshot")
+    results = snapshot.process_query_batch(batch_query, lazy_decode=True)
     key_count = len(json.loads(spec.keys))
     policy = applier_from(spec.policy, spec.policy_secret)
     context: SnapshotContext | None = None

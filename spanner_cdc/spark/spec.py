@@ -46,6 +46,7 @@ class TokenJobSpec:
     # memory only; "secret" in the option's name has Spark redact it wherever it shows data source options
     policy: str = ""
     policy_secret: str = field(default="", repr=False)
+    read_options: str = ""  # the stream's ReadOptions as text (priority, directed reads); "" for none
 
     @property
     def data_dir(self) -> Path:
@@ -90,6 +91,7 @@ class TokenJobSpec:
             file_bytes=int(get("file_bytes") or 256 << 20),
             policy=get("policy") or "",
             policy_secret=get("policy_secret") or "",
+            read_options=get("read_options") or "",
         )
 
 

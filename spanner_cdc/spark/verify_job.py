@@ -50,6 +50,7 @@ class VerifyTask:
     session_id: str = ""
     transaction_id: str = ""
     partition: str = ""
+    read_options: str = ""  # the stream's ReadOptions as text: Data Boost, priority, directed reads of the source side
 
 
 def _open(task: VerifyTask) -> tuple[StaticTable, pa.Schema, list[str]]:
@@ -104,15 +105,15 @@ def source_rows(task: VerifyTask, policy: PolicyApplier | None = None) -> Iterat
     from google.cloud.spanner_v1.database import BatchSnapshot
 
     from spanner_cdc.policy import HASHED_TYPE
+    from spanner_cdc.read_options import ReadOptions
     from spanner_cdc.source.snapshot_tables import plain, type_json
     from spanner_cdc.spark.executor import _database
 
     handle, arrow, keys = _open(task)
     shared = {"session_id": task.session_id, "transaction_id": base64.b64decode(task.transaction_id)}
     snapshot = BatchSnapshot.from_dict(_database(task), shared)
-    results = snapshot.process_query_batch(
-        {"partition": base64.b64decode(task.partition), "query": {"sql": task.sql}}, lazy_decode=True
-    )
+    batch_query = ReadOptions.from_text(task.read_options).batch_query(task.sql, base64.b64decode(task.partition), tag="spanner-cdc-verify")
+    results = snapshot.process_query_batch(batch_query, lazy_decode=True)
     batch: list[dict[str, Any]] = []
     types: list[tuple[str, dict[str, Any]]] = []
     rules = policy.rules_of(task.table) if policy is not None else {}

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: list[set[str]] = [
     {"errors", "names", "masking", "times", "json_text", "compat"},  # vocabulary, formats, error types, other libraries' internals: import nothing of the project
     # configuration: the validators of values, the settings, the streams' tables, what lands; the shipped files (read as data)
-    {"validators", "settings", "stream_config", "policy", "resources"},
+    {"validators", "settings", "stream_config", "policy", "read_options", "resources"},
     {"lineage", "model"},  # pure: the partition rules; the typed records and their dispatch
     {"source", "store"},  # adapters: the change stream (queries, decoding, the reader); Postgres (lineage, manifest)
     {"lake"},  # layout, envelope rows, publication, markers
@@ -38,6 +38,8 @@ SIBLING_IMPORTS = {
     ("stream_config", "settings"),  # a stream's settings are the global ones with its values on top
     ("settings", "policy"),  # the landing policy is a setting (and a stream table's key)
     ("stream_config", "policy"),
+    ("settings", "read_options"),  # Data Boost, priority and directed reads are settings (and a stream table's keys)
+    ("stream_config", "read_options"),
     ("cli", "devstack"),  # the command line starts the dev stack; never the other way
     ("__main__", "cli"),
 }

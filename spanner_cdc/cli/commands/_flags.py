@@ -58,3 +58,17 @@ def add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         if setting.name in TUNING_FIELDS:
             flag = "--" + setting.name.replace("_", "-")
             group.add_argument(flag, help=f"{setting.metadata['help']} ({env_name(setting.name)}, default {setting.default})")
+
+
+def add_read_flags(parser: argparse.ArgumentParser) -> None:
+    """How the stream's reads spare production (docs/governance.md); load_settings checks the values."""
+    group = parser.add_argument_group("reads", "how reads spare production; each also SPANNER_CDC_<NAME> or the stream's TOML key")
+    group.add_argument(
+        "--data-boost", action=argparse.BooleanOptionalAction, default=None,
+        help="the snapshot's and verify's partitioned reads on Data Boost (SPANNER_CDC_DATA_BOOST; needs spanner.databases.useDataBoost)",
+    )  # fmt: skip
+    group.add_argument("--request-priority", help="priority of every query: low, medium or high (SPANNER_CDC_REQUEST_PRIORITY)")
+    group.add_argument(
+        "--directed-read", help='replicas every read goes to, as JSON: {"include": ["us-east1:READ_ONLY"]} or '
+        '{"exclude": ["us-central1"]} (SPANNER_CDC_DIRECTED_READ)',
+    )  # fmt: skip

@@ -14,6 +14,7 @@ from spanner_cdc.cli.commands._flags import (
     add_dialect_flag,
     add_home_flag,
     add_metadata_url_flag,
+    add_read_flags,
     add_spanner_flags,
     add_tuning_flags,
     int_or_text,
@@ -72,6 +73,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", action="store_true", help="print the window summary as JSON on stdout")
     add_tuning_flags(parser)
     add_policy_flags(parser)
+    add_read_flags(parser)
     parser.set_defaults(func=handle)
 
 

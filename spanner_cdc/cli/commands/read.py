@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TextIO
 
-from spanner_cdc.cli.commands._flags import add_dialect_flag, add_spanner_flags, int_or_text
+from spanner_cdc.cli.commands._flags import add_dialect_flag, add_read_flags, add_spanner_flags, int_or_text
 from spanner_cdc.errors import ConfigError, RetentionError, UsageError
 from spanner_cdc.model.record_json import record_to_json
 from spanner_cdc.model.records import (
@@ -52,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "records (read in queries of at most 30 minutes each, as that mode requires).",
     )
     add_spanner_flags(parser)
+    add_read_flags(parser)
     parser.add_argument("--stream", help="change stream name (SPANNER_CDC_STREAM)")
     parser.add_argument("--start", required=True, help="start timestamp (inclusive): RFC 3339 with Z or offset, or 'now'")
     parser.add_argument("--end", help="end timestamp (inclusive); without it, read until the partitions end")
@@ -143,7 +144,8 @@ def handle(args: argparse.Namespace) -> int:
     dialect = detect_dialect(database, settings.dialect)
     metadata = stream_metadata(database, settings.stream, dialect)
     reader = PartitionReader(
-        database, settings.stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, request_tag="spanner-cdc-read"
+        database, settings.stream, dialect=dialect, heartbeat_ms=settings.heartbeat_ms, request_tag="spanner-cdc-read",
+        read_options=settings.read_options,
     )
     records: Iterator[tuple[str | None, ChangeRecord]]
     if args.all_partitions:

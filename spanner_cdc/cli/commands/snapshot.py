@@ -11,6 +11,7 @@ from spanner_cdc.cli.commands._flags import (
     add_dialect_flag,
     add_home_flag,
     add_metadata_url_flag,
+    add_read_flags,
     add_spanner_flags,
     int_or_text,
 )
@@ -44,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_home_flag(parser)
     parser.add_argument("--json", action="store_true", help="print the snapshot's summary as JSON on stdout (`at` is T0)")
     add_policy_flags(parser)
+    add_read_flags(parser)
     parser.set_defaults(func=handle)
 
 

@@ -7,7 +7,13 @@ import json
 import logging
 import sys
 
-from spanner_cdc.cli.commands._flags import add_dialect_flag, add_metadata_url_flag, add_spanner_flags, int_or_text
+from spanner_cdc.cli.commands._flags import (
+    add_dialect_flag,
+    add_metadata_url_flag,
+    add_read_flags,
+    add_spanner_flags,
+    int_or_text,
+)
 
 ORDER = 66
 
@@ -48,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "catalog URL (SPANNER_CDC_ICEBERG_CATALOG)",
     )  # fmt: skip
     add_spanner_flags(parser)
+    add_read_flags(parser)
     add_dialect_flag(parser, "SQL dialect (default: auto)")
     parser.add_argument(
         "--spark-master", help="local[*], spark://host:port or sc://host:port (SPANNER_CDC_SPARK_MASTER)"
