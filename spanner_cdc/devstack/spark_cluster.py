@@ -197,14 +197,16 @@ class ConnectServer(_Launched):
     """`sbin/start-connect-server.sh --wait` in the foreground on loopback: `url` is sc://127.0.0.1:<port>.
 
     `master` is where the server runs its jobs: local[N] by default, or a standalone cluster's URL; `env` adds
-    to the server's environment, which its local executors inherit (e.g. an object store's endpoint).
+    to the server's environment, which its local executors inherit (e.g. an object store's endpoint). `python`,
+    `home` and `hidden` as StandaloneCluster's (the server's Python, its Spark, what its filesystem view lacks).
     """
 
     def __init__(
         self, *, master: str = "local[2]", work_dir: Path | None = None, conf: dict[str, str] | None = None,
-        env: dict[str, str] | None = None,
+        env: dict[str, str] | None = None, python: str = sys.executable, home: Path | None = None,
+        hidden: Sequence[Path] = (),
     ) -> None:  # fmt: skip
-        super().__init__(work_dir)
+        super().__init__(work_dir, python, home)
         self.env.update(env or {})
         self.port = free_port()
         self.url = f"sc://{HOST}:{self.port}"
@@ -214,17 +216,19 @@ class ConnectServer(_Launched):
             "spark.ui.enabled": "false",
             "spark.driver.host": HOST,
             "spark.driver.bindAddress": HOST,
-            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.python": python,
             "spark.python.worker.reuse": "true",
             "spark.driver.defaultJavaOptions": DEV_JAVA_OPTIONS,  # as classic_conf: before any extraJavaOptions
             "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
             **(conf or {}),
         }
-        command = [str(spark_home() / "sbin" / "start-connect-server.sh"), "--wait", "--master", master]
+        command = [str(self.home / "sbin" / "start-connect-server.sh"), "--wait", "--master", master]
         for key, value in settings.items():
             command += ["--conf", f"{key}={value}"]
         try:
-            server = SparkProcess("Spark Connect server", command, self.env, self.work_dir / "logs" / "connect.log")
+            hidden_paths = [str(path) for path in hidden]
+            log_path = self.work_dir / "logs" / "connect.log"
+            server = SparkProcess("Spark Connect server", hiding(hidden_paths, command), self.env, log_path)
             self.processes.append(server)
             server.wait_for("Spark Connect server started")
         except BaseException:

@@ -1,5 +1,5 @@
-"""A standalone worker that sees none of the driver's files gets the package from the driver (spark_py_files): a window
-lands exactly; with nothing shipped the user's one line names the cause and the setting."""
+"""A standalone worker and a stock Spark Connect server that see none of the driver's files get the package from the
+driver (spark_py_files): a window lands exactly; with nothing shipped the user's one line names the cause and the setting."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 import spanner_cdc
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.devstack.spark_cluster import StandaloneCluster
+from spanner_cdc.devstack.spark_cluster import ConnectServer, StandaloneCluster
 from spanner_cdc.spark import shipping
 from tests.integration.extract.lake_reading import change_of, published_rows
 from tests.integration.extract.test_extract_crash import start_extract
@@ -37,13 +37,38 @@ def foreign_worker(executor_python: Path, tmp_path_factory: pytest.TempPathFacto
     HIDDEN are empty directories; the cluster's `python3` is the executor Python."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("a mount namespace of its own for the worker needs root and unshare(1)")
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    home = executor_python.parent.parent / "lib" / version / "site-packages" / "pyspark"
     with StandaloneCluster(
-        cores=1, memory="1g", python=str(executor_python), home=home, hidden=HIDDEN,
+        cores=1, memory="1g", python=str(executor_python), home=executor_spark(executor_python), hidden=HIDDEN,
         work_dir=tmp_path_factory.mktemp("foreign"),
     ) as cluster:  # fmt: skip
         yield cluster
+
+
+def executor_spark(executor_python: Path) -> Path:
+    """The Spark distribution in the executor Python: pyspark's own files, nothing of the driver's."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return executor_python.parent.parent / "lib" / version / "site-packages" / "pyspark"
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The zip `spanner-cdc spark-package` builds."""
+    out = tmp_path_factory.mktemp("ship") / "spanner_cdc.zip"
+    done = subprocess.run([sys.executable, "-m", "spanner_cdc", "spark-package", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and f"{shipping.ENV}={out}" in done.stdout, done
+    return out
+
+
+@pytest.fixture(scope="module")
+def stock_connect_server(executor_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """`start-connect-server.sh` of the executor Python's pyspark, with that Python (no spanner_cdc), in a filesystem
+    view without HIDDEN."""
+    with ConnectServer(
+        master="local[2]", python=str(executor_python), home=executor_spark(executor_python), hidden=HIDDEN,
+        work_dir=tmp_path_factory.mktemp("stock-connect"),
+    ) as server:  # fmt: skip
+        yield server
 
 
 def one_window(database: Any, server: LocalSpanner) -> tuple[SmallWorkload, datetime, datetime]:
@@ -64,6 +89,12 @@ def run_extract(settings: Any, start: datetime, end: datetime, monkeypatch: pyte
     return process.returncode, out, err
 
 
+def check_lake(settings: Any, work: SmallWorkload, summary: dict[str, Any]) -> None:
+    assert summary["complete"] is True and summary["transaction_check"]["ok"] is True
+    assert summary["records"] == len(work.expected)
+    assert Counter(change_of(r) for r in published_rows(settings.output_root)) == Counter(work.expected)
+
+
 def test_the_worker_sees_neither_the_driver_virtualenv_nor_the_package(foreign_worker: StandaloneCluster) -> None:
     (worker,) = [p for p in foreign_worker.processes if p.name.startswith("standalone worker")]
     pid = worker.process.pid
@@ -74,16 +105,12 @@ def test_the_worker_sees_neither_the_driver_virtualenv_nor_the_package(foreign_w
 
 
 def test_a_window_on_the_foreign_worker_with_the_package_shipped_is_exact(
-    foreign_worker: StandaloneCluster, executor_python: Path, make_spanner_database: Any, local_spanner: LocalSpanner,
-    extract_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    foreign_worker: StandaloneCluster, executor_python: Path, package: Path, make_spanner_database: Any,
+    local_spanner: LocalSpanner, extract_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     database = make_spanner_database(DDL)
     settings = extract_settings(database.database_id, STREAM, spark_master=foreign_worker.master_url)
     work, start, end = one_window(database, local_spanner)
-    package = tmp_path / "ship" / "spanner_cdc.zip"
-    done = subprocess.run([sys.executable, "-m", "spanner_cdc", "spark-package", str(package)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0 and f"{shipping.ENV}={package}" in done.stdout, done
     # the user's Spark configuration names the executors' interpreter, which an in-process driver honours as
     # spark-submit does: here a wrapper of the executor Python (the cluster's python3) that notes each start
     started = tmp_path / "started"
@@ -96,10 +123,7 @@ def test_a_window_on_the_foreign_worker_with_the_package_shipped_is_exact(
     before = set(foreign_worker.worker_dirs[0].glob("app-*"))
     code, out, err = run_extract(settings, start, end, monkeypatch, SPARK_CONF_DIR=str(conf_dir), **{shipping.ENV: str(package)})
     assert code == 0, err[-4000:]
-    summary = json.loads(out)
-    assert summary["complete"] is True and summary["transaction_check"]["ok"] is True
-    assert summary["records"] == len(work.expected)
-    assert Counter(change_of(r) for r in published_rows(settings.output_root)) == Counter(work.expected)
+    check_lake(settings, work, json.loads(out))
     # the run's executor ran on the worker, which fetched the zip Spark shipped into its directory
     (app,) = set(foreign_worker.worker_dirs[0].glob("app-*")) - before
     assert [path.name for path in app.glob("*/*.zip")] == [package.name]
@@ -108,12 +132,16 @@ def test_a_window_on_the_foreign_worker_with_the_package_shipped_is_exact(
 
 def test_with_nothing_shipped_the_one_line_names_the_cause_and_the_setting(
     foreign_worker: StandaloneCluster, make_spanner_database: Any, local_spanner: LocalSpanner, extract_settings: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     database = make_spanner_database(DDL)
     settings = extract_settings(database.database_id, STREAM, spark_master=foreign_worker.master_url)
     _, start, end = one_window(database, local_spanner)
-    code, _, err = run_extract(settings, start, end, monkeypatch)
+    # the user's Spark configuration lets a task fail once (Spark tries 4 times by default): the same error, sooner
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("spark.task.maxFailures 1\n")
+    code, _, err = run_extract(settings, start, end, monkeypatch, SPARK_CONF_DIR=str(conf_dir))
     assert code == 1, err[-4000:]
     # the command's error is its last line (above it: the run's log lines, at the level the test suite sets), and
     # neither the executor's traceback nor py4j's message reaches the terminal
@@ -121,3 +149,17 @@ def test_with_nothing_shipped_the_one_line_names_the_cause_and_the_setting(
     assert last.startswith("spanner-cdc: error:"), err[-4000:]
     assert "the Spark executors cannot import spanner_cdc" in last and f"{shipping.SETTING} ({shipping.ENV})" in last, last
     assert "Traceback" not in err and "No module named" not in err and "collectAndServe" not in err, err[-4000:]
+
+
+def test_a_window_on_a_stock_connect_server_with_the_package_shipped_is_exact(
+    stock_connect_server: ConnectServer, package: Path, make_spanner_database: Any, local_spanner: LocalSpanner,
+    extract_settings: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    pid = stock_connect_server.processes[0].process.pid
+    assert not any(Path(f"/proc/{pid}/root{HIDDEN[0]}").iterdir())  # the server sees no driver's virtualenv
+    database = make_spanner_database(DDL)
+    settings = extract_settings(database.database_id, STREAM, spark_master=stock_connect_server.url)
+    work, start, end = one_window(database, local_spanner)
+    code, out, err = run_extract(settings, start, end, monkeypatch, **{shipping.ENV: str(package)})
+    assert code == 0, err[-4000:]
+    check_lake(settings, work, json.loads(out))
