@@ -1,4 +1,5 @@
-"""pyspark internals without a public equivalent: the driver's running SparkContext and the Popen that starts its JVM."""
+"""pyspark internals without a public equivalent: the driver's running SparkContext, the Popen that starts its JVM and
+the interpreter its Python functions name for the executors."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ def gateway_popen(popen: Callable[..., Any]) -> Iterator[None]:
         java_gateway.Popen = original  # type: ignore[misc]
 
 
+def set_python_exec(context: Any, python: str) -> None:
+    """The interpreter the executors start for this context's Python functions (RDD functions, UDFs, data sources):
+    pyspark takes it once, from PYSPARK_PYTHON, into `SparkContext.pythonExec`, which each function carries."""
+    context.pythonExec = python
+
+
 def check() -> None:
     """The contract: the names above exist and mean what this module reads them as."""
     import inspect
@@ -52,3 +59,9 @@ def check() -> None:
     expect(DISTRIBUTION, "self._jsc = None" in inspect.getsource(SparkContext.stop), "SparkContext.stop() dropping _jsc")
     expect(DISTRIBUTION, getattr(java_gateway, "Popen", None) is subprocess.Popen, "pyspark.java_gateway.Popen (subprocess.Popen)")
     expect(DISTRIBUTION, "Popen(" in inspect.getsource(java_gateway.launch_gateway), "launch_gateway calling Popen")
+    from pyspark.core import context, rdd
+    from pyspark.sql import udf
+
+    expect(DISTRIBUTION, 'self.pythonExec = os.environ.get("PYSPARK_PYTHON"' in inspect.getsource(context), "SparkContext.pythonExec")
+    for module in (rdd, udf):
+        expect(DISTRIBUTION, "sc.pythonExec" in inspect.getsource(module), f"{module.__name__} reading sc.pythonExec")

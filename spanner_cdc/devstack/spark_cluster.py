@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -40,13 +41,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def spark_env(work_dir: Path) -> dict[str, str]:
+def spark_env(work_dir: Path, python: str = sys.executable, home: Path | None = None) -> dict[str, str]:
+    """The environment of the JVMs started here: `python` is the cluster's Python, the `python3` first on its PATH
+    (Spark's default for executors when the driver names none) and its PYSPARK_PYTHON."""
     env = dict(os.environ)
     env.update(
         {
-            "SPARK_HOME": str(spark_home()),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_HOME": str(home or spark_home()),
+            "PATH": os.pathsep.join([str(Path(python).parent), env.get("PATH", os.defpath)]),
+            "PYSPARK_PYTHON": python,
+            "PYSPARK_DRIVER_PYTHON": python,
             "SPARK_LOCAL_IP": HOST,
             "SPARK_LOG_DIR": str(work_dir / "logs"),
             "SPARK_PID_DIR": str(work_dir),
@@ -102,10 +106,11 @@ class SparkProcess:
 
 
 class _Launched:
-    def __init__(self, work_dir: Path | None) -> None:
+    def __init__(self, work_dir: Path | None, python: str = sys.executable, home: Path | None = None) -> None:
         self._tmp = None if work_dir is not None else tempfile.TemporaryDirectory(prefix="spanner-cdc-spark-")
         self.work_dir = Path(work_dir) if work_dir is not None else Path(self._tmp.name)  # type: ignore[union-attr]
-        self.env = spark_env(self.work_dir)
+        self.home = home or spark_home()
+        self.env = spark_env(self.work_dir, python, self.home)
         self.processes: list[SparkProcess] = []
 
     def stop(self) -> None:
@@ -128,13 +133,19 @@ class StandaloneCluster(_Launched):
 
     Each worker has directories of its own (SPARK_WORKER_DIR, SPARK_LOCAL_DIRS under `worker-<n>/`), shared
     with no other worker nor the driver; `env` adds to the workers' environment (e.g. an object store's endpoint).
+    `python` is the cluster's Python (`spark_env`), `home` the Spark distribution the JVMs run from (pyspark's
+    package directory; by default this process's), and the workers run in a filesystem view of their own without
+    the `hidden` directories (each covered by an empty tmpfs under `unshare --mount`; needs root), as a worker on
+    another machine sees none of the driver's files.
     """
 
     def __init__(
         self, *, cores: int = 1, memory: str = "1g", work_dir: Path | None = None, workers: int = 1,
-        env: dict[str, str] | None = None,
+        env: dict[str, str] | None = None, python: str = sys.executable, home: Path | None = None,
+        hidden: Sequence[Path] = (),
     ) -> None:  # fmt: skip
-        super().__init__(work_dir)
+        super().__init__(work_dir, python, home)
+        self.hidden = [str(path) for path in hidden]
         self.port = free_port()
         self.master_url = f"spark://{HOST}:{self.port}"
         self.worker_dirs: list[Path] = []
@@ -142,7 +153,7 @@ class StandaloneCluster(_Launched):
         try:
             master = SparkProcess(
                 "standalone master",
-                [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
+                [str(self.home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
                  "--host", HOST, "--port", str(self.port), "--webui-port", str(free_port())],
                 self.env,
                 self.work_dir / "logs" / "master.log",
@@ -161,31 +172,41 @@ class StandaloneCluster(_Launched):
         local = base / "local"
         local.mkdir(parents=True, exist_ok=True)
         env = {**self.env, **extra_env, "SPARK_WORKER_DIR": str(base), "SPARK_LOCAL_DIRS": str(local), "TMPDIR": str(local)}
-        worker = SparkProcess(
-            f"standalone worker {number}",
-            [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", self.master_url,
-             "--host", HOST, "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
-             "--work-dir", str(base)],
-            env,
-            self.work_dir / "logs" / f"worker-{number}.log",
-        )  # fmt: skip
+        command = [str(self.home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", self.master_url,
+                   "--host", HOST, "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
+                   "--work-dir", str(base)]  # fmt: skip
+        log_path = self.work_dir / "logs" / f"worker-{number}.log"
+        worker = SparkProcess(f"standalone worker {number}", hiding(self.hidden, command), env, log_path)
         self.processes.append(worker)
         worker.wait_for("Successfully registered with master")
         self.worker_dirs.append(base)
+
+
+# the mount namespace's first process mounts an empty tmpfs over each hidden directory, then becomes the command
+_HIDE = 'while [ "$1" != -- ]; do mount -t tmpfs -o size=1m,mode=0755 hidden "$1" || exit 1; shift; done; shift; exec "$@"'
+
+
+def hiding(hidden: Sequence[str], command: list[str]) -> list[str]:
+    """`command` in a mount namespace of its own where the `hidden` directories are empty (the same pid: nothing forks)."""
+    if not hidden:
+        return command
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _HIDE, "sh", *hidden, "--", *command]
 
 
 class ConnectServer(_Launched):
     """`sbin/start-connect-server.sh --wait` in the foreground on loopback: `url` is sc://127.0.0.1:<port>.
 
     `master` is where the server runs its jobs: local[N] by default, or a standalone cluster's URL; `env` adds
-    to the server's environment, which its local executors inherit (e.g. an object store's endpoint).
+    to the server's environment, which its local executors inherit (e.g. an object store's endpoint). `python`,
+    `home` and `hidden` as StandaloneCluster's (the server's Python, its Spark, what its filesystem view lacks).
     """
 
     def __init__(
         self, *, master: str = "local[2]", work_dir: Path | None = None, conf: dict[str, str] | None = None,
-        env: dict[str, str] | None = None,
+        env: dict[str, str] | None = None, python: str = sys.executable, home: Path | None = None,
+        hidden: Sequence[Path] = (),
     ) -> None:  # fmt: skip
-        super().__init__(work_dir)
+        super().__init__(work_dir, python, home)
         self.env.update(env or {})
         self.port = free_port()
         self.url = f"sc://{HOST}:{self.port}"
@@ -195,17 +216,19 @@ class ConnectServer(_Launched):
             "spark.ui.enabled": "false",
             "spark.driver.host": HOST,
             "spark.driver.bindAddress": HOST,
-            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.python": python,
             "spark.python.worker.reuse": "true",
             "spark.driver.defaultJavaOptions": DEV_JAVA_OPTIONS,  # as classic_conf: before any extraJavaOptions
             "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
             **(conf or {}),
         }
-        command = [str(spark_home() / "sbin" / "start-connect-server.sh"), "--wait", "--master", master]
+        command = [str(self.home / "sbin" / "start-connect-server.sh"), "--wait", "--master", master]
         for key, value in settings.items():
             command += ["--conf", f"{key}={value}"]
         try:
-            server = SparkProcess("Spark Connect server", command, self.env, self.work_dir / "logs" / "connect.log")
+            hidden_paths = [str(path) for path in hidden]
+            log_path = self.work_dir / "logs" / "connect.log"
+            server = SparkProcess("Spark Connect server", hiding(hidden_paths, command), self.env, log_path)
             self.processes.append(server)
             server.wait_for("Spark Connect server started")
         except BaseException:

@@ -104,9 +104,8 @@ def classic_conf(master: str) -> dict[str, str]:
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     if run_mode(master) == LOCAL:
-        # local executors run the data source with this interpreter, which has the package installed; a cluster's
-        # executors use the cluster's or the user's spark.pyspark.python (spark-defaults.conf, which this would
-        # override), else PYSPARK_PYTHON, and get the package by spark_py_files
+        # local executors run this interpreter, which has the package installed; a cluster's executors run the user's
+        # or the cluster's interpreter (`executors_python`) and get the package by spark_py_files
         conf["spark.pyspark.python"] = sys.executable
         conf["spark.pyspark.driver.python"] = sys.executable
     if master.startswith("spark://"):
@@ -294,8 +293,11 @@ def _create(master: str) -> SparkSession:
     if active is not None and is_classic(active) and _alive(active):
         return active
     log.info("spark: starting a driver for master %s", master)
-    workers_run_this_python()
-    return start_driver(master, APP_NAME)
+    if run_mode(master) == LOCAL:
+        workers_run_this_python()
+    session = start_driver(master, APP_NAME)
+    executors_python(session)
+    return session
 
 
 def set_runtime_conf(session: Any) -> None:
@@ -304,10 +306,20 @@ def set_runtime_conf(session: Any) -> None:
 
 
 def workers_run_this_python() -> None:
-    """Spark starts the data source's planner process from PYSPARK_PYTHON, not from spark.pyspark.python: without
-    it, that process is whatever `python3` is first on PATH, which lacks the package."""
+    """A local master's Python workers and data source planner run this interpreter: an in-process driver gives them
+    PYSPARK_PYTHON (else `python3`, whatever is first on PATH, which lacks the package), not spark.pyspark.python."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def executors_python(session: SparkSession) -> None:
+    """The executors run the interpreter Spark's configuration names, as under spark-submit: spark.pyspark.python
+    (spark-defaults.conf, --conf), which takes precedence over PYSPARK_PYTHON; without it, PYSPARK_PYTHON of this
+    process, else `python3` on the executors' PATH. Nothing is forced on a cluster: an in-process driver (pyspark
+    started from Python, not by spark-submit) would otherwise ignore the setting and send only PYSPARK_PYTHON."""
+    configured = session.sparkContext.getConf().get("spark.pyspark.python")
+    if configured:
+        pyspark_compat.set_python_exec(session.sparkContext, configured)
 
 
 JVM_START_ATTEMPTS = 2  # a JVM that dies on start under load usually starts on the next try
