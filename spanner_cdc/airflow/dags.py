@@ -51,8 +51,9 @@ HOURLY_DOC = """
 Extracts the change stream **{change_stream}** for each data interval `[start, end)` into the lake
 (`{output_root}/{change_stream}/live/`), keeping lineage and checkpoints in the metadata store.
 
-`current_state` (with `current_state = true`) writes each table's state as of the window end under
-`current/` and emits one `spanner_cdc_current_state__{name}` event per new state; `snapshot` (with `snapshot = true`) reads every watched table at the first window's start into
+`current_state` (with `current_state = true`) applies each closed window to every table's current-state Iceberg
+table (`live.{change_stream}__current__<table>`, files under `_current/`: one snapshot per table as of the window's end)
+and emits one `spanner_cdc_current_state__{name}` event per window applied; `snapshot` (with `snapshot = true`) reads every watched table at the first window's start into
 `snapshot/`, once; `catch_up` finishes windows that earlier runs left open; `plan` bootstraps the lineage and lists the
 ready partition tokens; each `wave_k.extract` reads one token (or a batch of them) over the window;
 `wave_k.next_wave` picks up children of splits and merges; `close` checks completeness and the
@@ -240,7 +241,8 @@ slot of the hourly extract: `maintain` rewrites each closed window's small files
 `target_file_size` (one Iceberg replace snapshot each, then the window's next marker generation), expires snapshots
 superseded longer than `snapshot_retention` ago, removes data files nothing lists once older than
 `orphan_min_age`, and folds the metadata store's partitions, attempts and manifest rows of windows closed longer
-than `lineage_retention` ago into per-window totals. Every step is idempotent and safe to kill; a retry finishes the work. The same as
+than `lineage_retention` ago into per-window totals; last, it folds the current-state tables' position-delete files
+into their data files. Every step is idempotent and safe to kill; a retry finishes the work. The same as
 `spanner-cdc lake maintain --stream {change_stream}`.
 """
 

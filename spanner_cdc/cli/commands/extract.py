@@ -33,9 +33,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "extract",
         help="extract one window [start, end) of a change stream into the lake",
         description="Bootstrap the stream's lineage if new, finish first any earlier window of the lineage that was "
-        "left open, then read every ready partition token over the window "
-        "with one Spark job each (children born in the window in later waves), land Parquet, commit checkpoints, "
-        "and close the window (transaction check, _windows/ marker) when every partition is done with it.",
+        "left open, then read every ready partition token over the window in waves (children born in the window in "
+        "the next wave; a wave's tokens go in --concurrency groups of at most --wave-group-tokens, one Spark job and "
+        "one store commit each), land Parquet, commit checkpoints, and close the window (transaction check, _windows/ "
+        "marker, the Iceberg snapshot) when every partition is done with it.",
     )
     parser.add_argument("--stream", help="change stream name, or a stream configured in SPANNER_CDC_CONFIG")
     parser.add_argument("--window-start", required=True, help="window start (inclusive), RFC 3339 with Z or an offset")
@@ -59,8 +60,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--max-waves", type=int, default=20, help="bound on waves of children per run (default 20)")
     parser.add_argument(
-        "--current-state", action="store_true", help="once the window is complete, write each table's current state as of "
-        "its end under current/ (the previous state plus this window; SPANNER_CDC_CURRENT_STATE_KEEP states kept, default 24)"
+        "--current-state", action="store_true", help="once the window is complete, apply it to each table's current-state "
+        "Iceberg table <namespace>.<stream>__current__<table> (files under _current/): one snapshot per table as of the "
+        "window's end (SPANNER_CDC_CURRENT_STATE_KEEP window snapshots kept, default 24)"
     )  # fmt: skip
     parser.add_argument(
         "--wait", action="store_true", help="a --window-end still in the future (by Spanner's clock) is waited for, with a "
