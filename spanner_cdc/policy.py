@@ -202,7 +202,8 @@ class PolicyApplier:
         self._types: dict[int, tuple[Any, Any]] = {}
         self._lands: dict[str, bool] = {}  # per table, asked once: a record's cost without rules is a lookup
         if self.policy.hash_columns and len(self.key) < MIN_KEY_BYTES:
-            raise ConfigError("hash_key_env", "(unset)", f"a key of at least {MIN_KEY_BYTES} bytes, since hash_columns is set")
+            label = "hash_key_env" if self.policy.hash_key_env else "hash_key_connection"
+            raise ConfigError(label, "(unset)", f"{self.policy.key_source()} holding a key of at least {MIN_KEY_BYTES} bytes, since hash_columns is set")
         # HMAC's two keyed SHA-256 states (RFC 2104), hashed once; each value continues copies of them
         block = hashlib.sha256(self.key).digest() if len(self.key) > 64 else self.key
         block = block.ljust(64, b"\0")

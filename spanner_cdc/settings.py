@@ -31,7 +31,7 @@ ENV_PREFIX = "SPANNER_CDC_"
 CONFIG_ENV = "SPANNER_CDC_CONFIG"
 EMULATOR_HOST_ENV = "SPANNER_EMULATOR_HOST"  # the Spanner client library's own variable
 DIALECTS = ("auto", *names.DIALECTS)
-SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)\])?|spark://[^/\s]+:\d+|sc://[^/\s]+(:\d+)?(/.*)?)$")
+SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)\])?|spark://[^/\s]+:\d+|sc://[^/\s]+(:\d+)?(/.*)?|yarn|k8s://\S+)$")
 
 
 def _postgres_url(name: str, value: Any) -> str | None:
@@ -63,7 +63,7 @@ def _spark_master(name: str, value: Any) -> str:
     if not SPARK_MASTER.match(text):
         from spanner_cdc.masking import mask_spark_master  # an sc:// URL's token is a secret
 
-        raise ConfigError(name, mask_spark_master(text), "local[*], local[N], spark://host:port or sc://host:port")
+        raise ConfigError(name, mask_spark_master(text), "local[*], local[N], spark://host:port, sc://host:port, yarn or k8s://https://host:port")
     return text
 
 
@@ -149,6 +149,9 @@ class Settings:
         default=timedelta(days=30), metadata=_meta(duration, "lake maintain folds the metadata store's rows of windows closed longer ago than this into per-window totals")
     )
     spark_master: str = field(default="local[*]", metadata=_meta(_spark_master, "Spark master URL"))
+    spark_py_files: str | None = field(
+        default=None, metadata=_meta(optional(text), "zip of spanner_cdc shipped to the executors (`spanner-cdc spark-package`)")
+    )
     namespace: str = field(default="live", metadata=_meta(identifier, "lineage namespace"))
     concurrency: int = field(default=4, metadata=_meta(int_between(1, 256), "tokens extracted at once"))
     home: Path = field(default=DEFAULT_HOME, metadata=_meta(_path, "where embedded services keep their data"))

@@ -27,6 +27,7 @@ CHANGE_STREAM = "demo_stream"
 DATABASE = "demo"
 LINEAGE_DATABASE = embedded_pg.DEV_DATABASE  # the store the CLI reads on this home, so the summary's commands see the demo
 HOUR = dt.timedelta(hours=1)
+LOCAL_SOURCE, EMULATOR_SOURCE = "local", "emulator"
 Echo = Callable[[str], None] | None
 
 
@@ -37,6 +38,9 @@ class DemoOptions:
     seed: int = 7
     # Real seconds the workload takes; the server clock runs fast enough to fit `hours` of history in them.
     workload_seconds: float = 30.0
+    # LOCAL_SOURCE: the local server, its clock in the past and accelerated (hours of history in a minute);
+    # EMULATOR_SOURCE: Google's emulator in real time, `hours` minute-long windows (demo_emulator.py).
+    source: str = LOCAL_SOURCE
     # The lake's root when not the demo's own directory (e.g. a bucket); its demo stream is emptied first.
     lake_root: Path | str | None = None
     # The demo stream's partition_mode; the DAG and its config are the same for both.
@@ -99,9 +103,9 @@ def _wait_for_server_time(server: Any, when: dt.datetime, rate: float) -> None:
         time.sleep(min(5.0, max(0.05, (when - now).total_seconds() / rate)))
 
 
-def write_streams_config(path: Path, start: dt.datetime) -> None:
+def write_streams_config(path: Path, start: dt.datetime, schedule: str | None = None) -> None:
     path.write_text(
-        "# Written by `spanner-cdc demo`: the demo stream on the local Spanner server.\n"
+        "# Written by `spanner-cdc demo`: the demo stream on the demo's Spanner.\n"
         f"[streams.{STREAM_NAME}]\n"
         f'database = "{DATABASE}"\n'
         f'change_stream = "{CHANGE_STREAM}"\n'
@@ -109,6 +113,7 @@ def write_streams_config(path: Path, start: dt.datetime) -> None:
         f"start_date = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}\n"
         "catchup = false\n"
         "waves = 5\n"
+        + (f'schedule = "{schedule}"\n' if schedule else "")
     )
 
 
@@ -224,6 +229,19 @@ def _run(
     lineage_url = postgres.create_database(LINEAGE_DATABASE)
     airflow_env.upgrade_store(lineage_url)
     env = airflow_env.prepare(settings)
+    if options.source == EMULATOR_SOURCE:
+        from spanner_cdc.devstack.demo_emulator import SCHEDULE, emulator_history
+
+        with emulator_history(options, paths, DATABASE, CHANGE_STREAM, echo) as (host, windows, run_windows):
+            write_streams_config(paths.config, windows[0][0], schedule=SCHEDULE)
+            _say(echo, f"4/5 Airflow: {hourly_dag_id(STREAM_NAME)} (schedule '{SCHEDULE}'), one run per minute and "
+                       "one for the minute after (dag.test)")
+            job = {"dag_id": hourly_dag_id(STREAM_NAME), "windows": [[s.isoformat(), e.isoformat()] for s, e in run_windows]}
+            runs = airflow_env.run_dags(
+                env, [job], extra_env=demo_env(paths, lineage_url, host, settings, lake), log_path=paths.logs / "airflow.log",
+                retries=1, on_progress=None if echo is None else (lambda line: _say(echo, "  " + line)),
+            )
+        return _summary(paths, lineage_url, lake, windows, runs, 1.0, started, echo, source=EMULATOR_SOURCE)
 
     # The clock starts early enough that the stream exists before the first window, whatever the start-up
     # takes, and the history ends an hour before the wall clock's hour (inside the stream's retention).
@@ -256,13 +274,23 @@ def _run(
             env, [job], extra_env=extra, log_path=paths.logs / "airflow.log", retries=1,
             on_progress=None if echo is None else (lambda line: _say(echo, "  " + line)),
         )
-    state = {"lineage_url": lineage_url, "first_window": first.isoformat(), "rate": rate, "lake": str(lake)}
+    return _summary(paths, lineage_url, lake, windows, runs, rate, started, echo, source=LOCAL_SOURCE)
+
+
+def _summary(
+    paths: DemoPaths, lineage_url: str, lake: Path | str, windows: list[tuple[dt.datetime, dt.datetime]],
+    runs: list[dict[str, Any]], rate: float, started: float, echo: Echo, *, source: str,
+) -> DemoSummary:  # fmt: skip
+    state = {"lineage_url": lineage_url, "first_window": windows[0][0].isoformat(), "rate": rate, "lake": str(lake), "source": source}
     paths.state.write_text(json.dumps(state))
     _say(echo, "5/5 summary: reading back the lake and the lineage store")
     summary = summarize(
         paths=paths, lake_root=lake, lineage_url=lineage_url, stream=CHANGE_STREAM, windows=windows, runs=runs,
         elapsed_s=time.monotonic() - started, commands=next_commands(settings),
     )
+    if source == EMULATOR_SOURCE:
+        summary.notes.append("on Google's emulator TIMESTAMP values in change records are whole seconds (its limit): "
+                             "the ground truth is compared as the emulator records it")
     paths.summary.write_text(summary.to_json_text())
     return summary
 
@@ -295,10 +323,12 @@ def _serve(settings: Settings, paths: DemoPaths, port: int, echo: Echo) -> int:
     def ready(url: str, logs: Path) -> None:
         _say(echo, f"Airflow UI: {url}  (no login on the embedded stack; logs in {logs}); Ctrl-C stops it")
 
-    if not paths.state.exists() or os.environ.get("SPANNER_CDC_CONFIG"):
+    state = json.loads(paths.state.read_text()) if paths.state.exists() else {}
+    if state.get("source") == EMULATOR_SOURCE and not os.environ.get("SPANNER_CDC_CONFIG"):
+        _say(echo, "the last demo ran on Google's emulator, which kept its database in memory: Airflow without the demo stream")
+    if not state or state.get("source") == EMULATOR_SOURCE or os.environ.get("SPANNER_CDC_CONFIG"):
         code = airflow_env.serve(env, stop=stop, on_ready=ready)
     else:
-        state = json.loads(paths.state.read_text())
         # Real time from here on: the server's clock resumes where the demo left it (it never goes back).
         with LocalSpanner(data_dir=paths.spanner, clock_rate=1.0, log_path=paths.logs / "local-spanner-up.log") as server:
             lake = state.get("lake", str(paths.lake))  # a bucket's URL stays text: a Path would fold its //

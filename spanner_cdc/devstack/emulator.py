@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import logging
 import os
 import shutil
@@ -10,9 +12,14 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
+from datetime import UTC
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from spanner_cdc.errors import SpannerCdcError
+
+if TYPE_CHECKING:
+    from spanner_cdc.devstack.workload import GroundTruthRow
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +29,11 @@ INSTALL_HINT = (
     f"google-cloud-cli-spanner-emulator), or run its image gcr.io/cloud-spanner-emulator/emulator, or set {BINARY_ENV} "
     "to its emulator_main"
 )
+# The emulator's version the suite runs on these machines (the gcloud SDK's component) and docker-compose.yml's image.
+EMULATOR_VERSION = "1.5.28"
 # A partition token lives TOKEN_ALIVE_SECONDS to twice that before the emulator splits or merges it (its default is
 # 20-40 s): the suite and the demo see several lineage changes within a minute. docker-compose.yml's emulator profile
-# passes the same value to the image's gateway (tests/unit/test_compose.py holds them equal).
+# passes the same flag to the image's gateway (tests/unit/test_compose.py holds them equal).
 TOKEN_ALIVE_SECONDS = 2
 EMULATOR_FLAGS = (f"--override_change_stream_partition_token_alive_seconds={TOKEN_ALIVE_SECONDS}",)
 _READY = "Server address: "
@@ -152,3 +161,33 @@ class SpannerEmulator:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def as_recorded(row: GroundTruthRow) -> GroundTruthRow:
+    """A workload change as the emulator's change streams record it: TIMESTAMP values truncated to the second, no
+    transaction tag (two of its listed limits; README "Which Spanner to point it at")."""
+    from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME
+
+    types = TABLES_BY_NAME[row.table].types
+
+    def recorded(values: dict[str, Any]) -> dict[str, Any]:
+        return {k: _whole_seconds(v) if types.get(k) == "TIMESTAMP" and isinstance(v, str) else v for k, v in values.items()}
+
+    return dataclasses.replace(row, new_values=recorded(row.new_values), old_values=recorded(row.old_values), transaction_tag="")
+
+
+def _whole_seconds(value: str) -> str:
+    """An RFC 3339 UTC timestamp ("...T05:06:07.123456Z") truncated to the second ("...T05:06:07Z")."""
+    return value[:19] + "Z" if len(value) > 20 and value[19] == "." else value
+
+
+def record_ground_truth_as_the_emulator(path: Path) -> None:
+    """Rewrite a workload's ground-truth file (workload.run_workload) as the emulator records its changes."""
+    from spanner_cdc.devstack.workload import load_ground_truth
+
+    lines = []
+    for row in map(as_recorded, load_ground_truth(path)):
+        data = dataclasses.asdict(row)
+        data["commit_timestamp"] = row.commit_timestamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lines.append(json.dumps(data, separators=(",", ":")) + "\n")
+    path.write_text("".join(lines), encoding="utf-8")

@@ -8,7 +8,7 @@ from typing import Any
 
 from spanner_cdc.errors import RetentionError, UsageError, setting
 from spanner_cdc.model.records import ChildPartition, ChildPartitionsRecord, PartitionStartRecord
-from spanner_cdc.source.out_of_range import CREATION, classify
+from spanner_cdc.source.out_of_range import CREATION, classify, spanner_now
 from spanner_cdc.times import spelled_duration
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def root_partitions(
     try:
         records = [r for r in reader.read(None, at, at) if isinstance(r, ChildPartitionsRecord | PartitionStartRecord)]
     except RetentionError as exc:
-        found = classify(exc.spanner_message, retention)
+        found = classify(exc.spanner_message, retention, spanner_now(database, dialect))
         if found.cause == CREATION:
             raise RetentionError(creation_message(stream, at, found.earliest)) from None
         detail = " (Spanner answered OUT_OF_RANGE)"

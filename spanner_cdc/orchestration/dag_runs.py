@@ -86,16 +86,9 @@ def _record(run: Any, started: float, **extra: Any) -> dict[str, Any]:
 def _real_start(run: Any, wall_start: dt.datetime) -> float | None:
     """Give the run the start it really had: dag.test() starts a run at its logical date, so Airflow showed a 5 s run
     of a past window as hours long. Returns the run's duration as Airflow now shows it (None while it has no end)."""
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
+    from spanner_cdc.compat.airflow import set_run_start
 
-    with create_session() as session:
-        stored = session.get(DagRun, run.id)
-        if stored is None:
-            return None
-        stored.start_date = wall_start
-        end = stored.end_date
-    return None if end is None else round((end - wall_start).total_seconds(), 1)
+    return set_run_start(run.id, wall_start)
 
 
 def _scheduled_window(dag: Any, start: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from spanner_cdc.times import parse_rfc3339
 
@@ -26,9 +27,26 @@ class OutOfRange:
     earliest: datetime | None  # the earliest start Spanner accepts, when its message names it (CREATION: the creation)
 
 
+def spanner_now(database: Any, dialect: str) -> datetime | None:
+    """Spanner's clock (CURRENT_TIMESTAMP of a strong read), which the retention is measured by: the local server's
+    may run ahead of this machine's. None when the server cannot say."""
+    from google.api_core import exceptions as gexc
+
+    from spanner_cdc.times import utc
+
+    sql = "SELECT now()" if dialect == "POSTGRESQL" else "SELECT CURRENT_TIMESTAMP()"
+    try:
+        with database.snapshot() as snapshot:
+            ((now,),) = list(snapshot.execute_sql(sql))
+    except (gexc.GoogleAPICallError, ValueError):
+        return None
+    return utc(now, assume_utc=True) if isinstance(now, datetime) else None
+
+
 def classify(message: str, retention: timedelta | None = None, now: datetime | None = None) -> OutOfRange:
-    """The cause of an OUT_OF_RANGE from Spanner's message; with the stream's retention (and the time), an earliest
-    readable time well inside the retention is the stream's creation even when the message does not say so."""
+    """The cause of an OUT_OF_RANGE from Spanner's message; with the stream's retention and Spanner's time, an
+    earliest readable time well inside the retention is the stream's creation even when the message does not say so
+    (without Spanner's time, `now` is this machine's)."""
     match = _EARLIEST.search(message)
     earliest = None
     if match:

@@ -21,7 +21,7 @@ from spanner_cdc import names
 from spanner_cdc.compat import pyspark as pyspark_compat
 from spanner_cdc.errors import ConfigError, SparkStartError
 from spanner_cdc.masking import mask_spark_master
-from spanner_cdc.spark import registry
+from spanner_cdc.spark import registry, shipping
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,9 +49,9 @@ RUNTIME_CONF = {
 def run_mode(master: str) -> str:
     if master.startswith("sc://"):
         return CONNECT
-    if master.startswith("spark://"):
-        return STANDALONE
-    return LOCAL
+    if master.startswith("local"):
+        return LOCAL
+    return STANDALONE  # a classic driver here, executors elsewhere: spark://, yarn, k8s:// (handed to Spark as they are)
 
 
 # Spark's default console logging prints INFO/WARN lines about its own startup on every command run.
@@ -86,15 +86,12 @@ JIT_OPTIONS = (
 
 
 def classic_conf(master: str) -> dict[str, str]:
-    """Static settings of an in-process driver (local or against a standalone master)."""
+    """Static settings of an in-process driver (local, or against a standalone, YARN or Kubernetes master)."""
     conf = {
         # Spark puts these defaults before the driver's and the executors' extraJavaOptions, so options a user set there
         # (spark-defaults.conf) still apply, after ours; a standalone cluster's executors live for one extract too
         "spark.driver.defaultJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j2_config()} {JIT_OPTIONS}",
         "spark.executor.defaultJavaOptions": JIT_OPTIONS,
-        # executors run the data source with this interpreter, which has the package installed
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
         "spark.python.worker.reuse": "true",
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
@@ -106,8 +103,15 @@ def classic_conf(master: str) -> dict[str, str]:
         # a loopback cluster's executors must reach the driver on loopback too
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
-    if run_mode(master) == STANDALONE:
+    if run_mode(master) == LOCAL:
+        # local executors run the data source with this interpreter, which has the package installed; a cluster's
+        # executors use the cluster's or the user's spark.pyspark.python (spark-defaults.conf, which this would
+        # override), else PYSPARK_PYTHON, and get the package by spark_py_files
+        conf["spark.pyspark.python"] = sys.executable
+        conf["spark.pyspark.driver.python"] = sys.executable
+    if master.startswith("spark://"):
         conf["spark.executor.memory"] = "1g"
+    conf.update(shipping.classic_conf())
     return conf
 
 
@@ -282,7 +286,9 @@ def _create(master: str) -> SparkSession:
 
     if run_mode(master) == CONNECT:
         log.info("spark: connecting to Spark Connect server %s", mask_spark_master(master))
-        return SparkSession.builder.remote(master).appName(APP_NAME).getOrCreate()
+        session = SparkSession.builder.remote(master).appName(APP_NAME).getOrCreate()
+        shipping.ship_to_connect(session)
+        return session
     drop_connect_markers()  # before asking pyspark for the active session: with a marker it answers with Connect's
     active = SparkSession.getActiveSession()
     if active is not None and is_classic(active) and _alive(active):

@@ -10,6 +10,7 @@ from spanner_cdc.errors import ExtractError, NotFound, RetentionError, SourceErr
 from spanner_cdc.lake.columns import PARTITION_COLUMN, spark_ddl
 from spanner_cdc.names import short_token
 from spanner_cdc.settings import Settings
+from spanner_cdc.spark import shipping
 from spanner_cdc.spark.control_file import ControlSummary
 from spanner_cdc.spark.datasource import SOURCE_NAME
 from spanner_cdc.spark.spec import TokenJobSpec
@@ -59,7 +60,8 @@ def _checked(spec: TokenJobSpec, summary: ControlSummary | None, job_error: Exce
         error_type = _ERROR_TYPES.get(summary.error_type, ExtractError)
         raise error_type(summary.error_message or summary.error_type)
     if job_error is not None:
-        raise ExtractError(f"{spec.stream} {short_token(spec.token)}: the Spark job failed: {_first_line(job_error)}") from job_error
+        cause = shipping.explain(job_error) or _first_line(job_error)
+        raise ExtractError(f"{spec.stream} {short_token(spec.token)}: the Spark job failed: {cause}") from job_error
     if summary is None:
         raise ExtractError(missing)
     return summary

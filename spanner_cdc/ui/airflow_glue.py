@@ -82,15 +82,9 @@ def connect() -> StoreTarget:
 
 def find_run(dag_id: str, logical_date: datetime) -> str | None:
     """The newest run of `dag_id` at `logical_date` in Airflow's database (the scheduler's, or one dag.test made)."""
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
+    from spanner_cdc.compat.airflow import run_id_at
 
-    with create_session() as session:
-        run_id = session.scalar(
-            select(DagRun.run_id).where(DagRun.dag_id == dag_id, DagRun.logical_date == logical_date).order_by(DagRun.id.desc()).limit(1)
-        )
-    return None if run_id is None else str(run_id)
+    return run_id_at(dag_id, logical_date)
 
 
 def build_app() -> FastAPI:

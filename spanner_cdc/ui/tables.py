@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from html import escape
 from typing import TypeVar
+from urllib.parse import quote
 
 from spanner_cdc.times import display_time, human_duration, parse_rfc3339
 from spanner_cdc.ui.health import StuckPartition, lag_seconds, last_verified
@@ -170,6 +171,20 @@ def windows_page_of(view: StreamView, start: datetime) -> int:
     return newest_first.index(start) // WINDOWS_PAGE + 1 if start in newest_first else 1
 
 
+def _marker_cell(window: WindowView) -> str:
+    """The window's marker: its name, the whole location on hover and in a copy; a gs:// one links to Cloud Storage's
+    console (a browser opens no file:// or s3:// location from a web page)."""
+    location = window.marker_path
+    if not location:
+        return "<td class=muted>—</td>"
+    name = location.rstrip("/").rsplit("/", 1)[-1]
+    shown = f'<code title="{_e(location)}" data-marker="{_e(location)}">{_e(name)}</code>'
+    if location.startswith("gs://"):
+        url = "https://console.cloud.google.com/storage/browser/_details/" + quote(location[len("gs://"):])
+        shown = f'<a href="{_e(url)}" target=_blank rel=noopener>{shown}</a>'
+    return f"<td>{shown}</td>"
+
+
 def _run_cell(window: WindowView, run_href: Callable[[datetime], str] | None) -> str:
     if run_href is None:
         return "<td class=muted>—</td>"
@@ -188,12 +203,12 @@ def windows_table(view: StreamView, requested: int, href: Href, run_href: Callab
         f"<td>{display_time(w.start)}</td><td>{display_time(w.end)}</td><td>{_e(w.state.lower())}</td>"
         f'<td class="{"ok" if w.complete else "bad"}">{"complete" if w.complete else "open"}</td>'
         f"<td class=num>{_e(w.records) or '—'}</td><td class=num>{_e(w.files) or '—'}</td>"
-        f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td>{_run_cell(w, run_href)}</tr>"
+        f"<td>{_check_cell(w)}</td><td class=num>{human_duration(w.duration_seconds, '—')}</td>{_run_cell(w, run_href)}{_marker_cell(w)}</tr>"
         for w in page.slice(newest_first)
     )
     table = (
         "<table id=windows><tr><th>start</th><th>end</th><th>state</th><th>completeness</th><th>records</th>"
-        "<th>files</th><th>transaction check</th><th>duration</th><th>run</th></tr>" + rows + "</table>"
+        "<th>files</th><th>transaction check</th><th>duration</th><th>run</th><th>marker</th></tr>" + rows + "</table>"
     )
     older = ""
     if view.older_windows:

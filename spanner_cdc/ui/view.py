@@ -51,6 +51,7 @@ class WindowView:
     opened_at: datetime | None = None
     completed_at: datetime | None = None
     verify: Mapping[str, Any] | None = None  # the last `spanner-cdc verify` of the window
+    marker_path: str | None = None  # the window's `_windows/` marker in the lake, once it closed
 
     @property
     def complete(self) -> bool:
@@ -166,6 +167,7 @@ def window_view(row: Any) -> WindowView:
         opened_at=row.opened_at,
         completed_at=row.closed_at,
         verify=getattr(row, "verify", None),
+        marker_path=getattr(row, "marker_path", None),
     )
 
 

@@ -82,7 +82,7 @@ CASES: dict[str, Any] = {
                                               env={"SPANNER_CDC_HEARTBEAT_MS": "500000"}),
     "concurrency not a number": Case(extract("--concurrency", "many"), "--concurrency", "an integer in [1, 256]"),
     "namespace not an identifier": Case(extract("--namespace", "my-ns"), "--namespace", "an identifier"),
-    "spark master of an unknown kind": Case(extract("--spark-master", "yarn"), "--spark-master", "sc://host:port"),
+    "spark master of an unknown kind": Case(extract("--spark-master", "mesos://h:5050"), "--spark-master", "sc://host:port"),
     # config file keys
     "config file with an unknown key": Case(extract(), "colour", "one of project, instance", config='colour = "blue"\n'),
     "config file value out of range": Case(extract(), "heartbeat_ms (in ", "an integer in [1000, 300000]",
@@ -276,7 +276,7 @@ def test_a_driver_jvm_that_does_not_start_is_retried_once_then_one_line_says_wha
     env = subprocess_env(settings, SPARK_DRIVER_MEMORY="1k", JAVA_HOME=str(java_home))
     window = ["--window-start", start.isoformat(), "--window-end", (start + timedelta(seconds=10)).isoformat()]
 
-    result = run(["extract", *window], env, Place(tmp_path / "lake", tmp_path))
+    result = run(["extract", *window, "--wait"], env, Place(tmp_path / "lake", tmp_path))  # the window ends in 10 s
 
     started = launches.read_text().splitlines() if launches.exists() else []
     seen = f"stdout: {result.stdout!r}\nstderr: {result.stderr}\njava launches:\n" + "\n".join(started)
@@ -286,6 +286,7 @@ def test_a_driver_jvm_that_does_not_start_is_retried_once_then_one_line_says_wha
     launchers = [line for line in started if "org.apache.spark.launcher.Main" in line]
     assert len(launchers) == 2, seen
     assert result.stderr.count("exited while starting; starting it once more") == 1, seen
+    assert result.stderr.startswith("waiting for the window's end "), seen  # --wait said what it waited for
     # each start reached its driver JVM, which was refused for the 1k heap and said so on stdout
     drivers = [line for line in started if line not in launchers and "org.apache.spark.deploy.SparkSubmit" in line]
     assert len(drivers) == 2 and all("-Xmx1k" in line.split() for line in drivers), seen

@@ -121,6 +121,17 @@ def test_official_emulator_and_demo_workload_only_by_profile() -> None:
     assert all("profiles" not in services()[name] for name in REQUIRED)
 
 
+def test_the_emulator_profile_runs_the_version_and_settings_the_suite_proves_the_pipeline_against() -> None:
+    from spanner_cdc.devstack.emulator import EMULATOR_FLAGS, EMULATOR_VERSION
+
+    emulator = services()["spanner-emulator"]
+    assert emulator["image"] == f"gcr.io/cloud-spanner-emulator/emulator:{EMULATOR_VERSION}"
+    # the image's own command (its gateway on every interface) with the suite's flags, which the gateway hands on
+    command = emulator["command"]
+    assert command[:3] == ["./gateway_main", "--hostname", "0.0.0.0"] and command[3:] == list(EMULATOR_FLAGS)
+    assert "9010" in [str(port).split(":")[1] for port in emulator["ports"]]  # gRPC, where SPANNER_CDC_SPANNER_HOST points
+
+
 def test_images_are_built_here_or_pinned_public_ones() -> None:
     for name, service in services().items():
         image = service.get("image", "")

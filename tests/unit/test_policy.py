@@ -133,3 +133,26 @@ def test_a_rule_naming_no_column_of_a_watched_table_is_found() -> None:
     found = unmatched_rules(policy, {"Users": ("UserId", "Email")})
     assert found == ["hash_columns names Users.Emial, but the stream watches Users with columns Email, UserId"]  # Later: not watched yet
     assert unmatched_rules(parse_policy("p", RULES), {"Users": ("UserId", "Email", "Phone", "Birthday", "Notes")}) == []
+
+
+def test_the_key_comes_from_an_airflow_connection_s_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("airflow.sdk")
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_HASH", json.dumps({"conn_type": "generic", "password": "p" * 20}))
+    assert resolve_key(Policy(hash_columns=("U.E",), hash_key_connection="cdc_hash")) == b"p" * 20
+    with pytest.raises(ConfigError, match="Airflow connection cdc_missing"):
+        resolve_key(Policy(hash_columns=("U.E",), hash_key_connection="cdc_missing"))
+
+
+def test_the_policy_flags_of_extract_and_snapshot_replace_the_stream_s_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spanner_cdc.cli.commands.extract import resolve_settings
+    from spanner_cdc.cli.main import build_parser
+
+    monkeypatch.setenv("SPANNER_CDC_POLICY", '{"exclude_tables": ["Other"]}')
+    window = ["--window-start", "2026-01-01T00:00:00Z", "--window-end", "2026-01-01T01:00:00Z"]
+    args = build_parser().parse_args(["extract", "--stream", "s", *window, "--exclude-table", "Audit", "--hash-column",
+                                      "Users.Id,Users.Email", "--mask-column", "Users.Phone", "--hash-key-env", "K"])  # fmt: skip
+    assert resolve_settings(args).policy == Policy(exclude_tables=("Audit",), hash_columns=("Users.Email", "Users.Id"),
+                                                   mask_columns=("Users.Phone",), hash_key_env="K")  # fmt: skip
+    snapshot = build_parser().parse_args(["snapshot", "--stream", "s", "--null-column", "Users.Birthday"])
+    assert resolve_settings(snapshot).policy == Policy(null_columns=("Users.Birthday",))
+    assert resolve_settings(build_parser().parse_args(["extract", "--stream", "s", *window])).policy == Policy(exclude_tables=("Other",))

@@ -41,7 +41,7 @@ def test_streams_tables_are_kept_for_the_stream_config(tmp_path: Path) -> None:
         ({"heartbeat_ms": "often"}, "--heartbeat-ms", "integer"),
         ({"stream": "bad name"}, "--stream", "identifier"),
         ({"stream": "x'; DROP"}, "--stream", "identifier"),
-        ({"spark_master": "yarn"}, "--spark-master", "sc://host:port"),
+        ({"spark_master": "mesos://h:5050"}, "--spark-master", "sc://host:port"),
         ({"metadata_url": "mysql://x"}, "--metadata-url", "Postgres URL"),
         ({"dialect": "oracle"}, "--dialect", "POSTGRESQL"),
         ({"headroom_warning": "0"}, "--headroom-warning", "(0, 1]"),

@@ -18,6 +18,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "replaced on every run. Every process it starts it stops at the end (the embedded Postgres only if it "
         "was not running before); `spanner-cdc up` starts them again on the demo's data.",
     )
+    demo.add_argument("--source", default="local", choices=("local", "emulator"),
+                      help="the demo's Spanner: local (the local server, its clock in the past and accelerated; default) or "
+                      "emulator (Google's Cloud Spanner emulator in real time: each hour of --hours is a minute window, "
+                      "--workload-seconds is not used)")
     demo.add_argument("--hours", type=int, default=3, help="hours of stream history, one DAG run each (default 3)")
     demo.add_argument("--transactions", type=int, default=1200, help="transactions the workload writes (default 1200)")
     demo.add_argument("--seed", type=int, default=7, help="seed of the workload (default 7)")
@@ -72,12 +76,14 @@ def run_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--workload-seconds {args.workload_seconds}: expected 5 to 3600")
     if args.partition_mode not in PARTITION_MODES:
         raise UsageError(f"--partition-mode {args.partition_mode}: expected {' or '.join(PARTITION_MODES)}")
+    if args.source == "emulator" and args.partition_mode != PARTITION_MODES[0]:
+        raise UsageError(f"--partition-mode {args.partition_mode}: Google's emulator has only {PARTITION_MODES[0]} (--source emulator)")
     settings = load_settings({"home": args.home, "spark_master": args.spark_master})
     lake_root = output_root("--output-root", args.output_root) if args.output_root is not None else None
     options = DemoOptions(
         hours=args.hours, transactions=args.transactions, seed=args.seed, workload_seconds=args.workload_seconds,
         lake_root=lake_root,
-        partition_mode=args.partition_mode,
+        partition_mode=args.partition_mode, source=args.source,
     )
     summary = demo(settings, options, echo=None if args.json else print)
     print(summary.to_json_text() if args.json else summary.render())

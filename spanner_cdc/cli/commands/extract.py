@@ -36,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "left open, then read every ready partition token over the window in waves (children born in the window in "
         "the next wave; a wave's tokens go in --concurrency groups of at most --wave-group-tokens, one Spark job and "
         "one store commit each), land Parquet, commit checkpoints, and close the window (transaction check, _windows/ "
-        "marker, the Iceberg snapshot) when every partition is done with it.",
+        "marker, the Iceberg snapshot) when every partition is done with it. Flags, settings, the window and the "
+        "services it reaches are checked before anything starts; a --window-end Spanner's clock has not reached is "
+        "refused (or, with --wait, waited for).",
     )
     parser.add_argument("--stream", help="change stream name, or a stream configured in SPANNER_CDC_CONFIG")
     parser.add_argument("--window-start", required=True, help="window start (inclusive), RFC 3339 with Z or an offset")

@@ -23,7 +23,7 @@ from spanner_cdc.model.records import (
     PartitionStartRecord,
     dispatch,
 )
-from spanner_cdc.source.out_of_range import CREATION, classify
+from spanner_cdc.source.out_of_range import CREATION, classify, spanner_now
 from spanner_cdc.times import parse_rfc3339, rfc3339
 
 ORDER = 20
@@ -154,7 +154,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         write_records(records, args.format, sys.stdout)
     except RetentionError as exc:
-        found = classify(exc.spanner_message, metadata.retention)
+        found = classify(exc.spanner_message, metadata.retention, spanner_now(database, dialect))
         created_at = metadata.created_at or (found.earliest if found.cause == CREATION else None)
         created = f", created {rfc3339(created_at)}" if created_at else ""
         said = str(exc)

@@ -16,6 +16,7 @@ tests (the local server's tests cover those paths):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -32,7 +33,7 @@ from google.api_core import exceptions as gexc
 
 from spanner_cdc.cli.main import main
 from spanner_cdc.devstack import workload
-from spanner_cdc.devstack.emulator import SpannerEmulator
+from spanner_cdc.devstack.emulator import SpannerEmulator, as_recorded
 from spanner_cdc.devstack.spanner_server import create_database, spanner_client
 from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME
 from spanner_cdc.extract.failpoints import FAILPOINT_ENV
@@ -83,20 +84,13 @@ def write_windows(database: Any, tmp_path: Path) -> tuple[list[datetime], list[w
     return bounds, truth
 
 
-def _whole_seconds(value: str) -> str:
-    """A TIMESTAMP as the emulator writes it into a mod: truncated to the second."""
-    return value[:19] + "Z" if len(value) > 20 else value
-
-
 def as_the_emulator_records(row: workload.GroundTruthRow, capture: str, after: dict[str, Any] | None) -> workload.GroundTruthRow:
     """What a stream of `capture` records for one workload change (`after`: the whole row after it), with the emulator's
-    listed limits: TIMESTAMPs truncated to seconds, no transaction tag."""
+    listed limits (TIMESTAMPs truncated to seconds, no transaction tag)."""
     whole_row = row.mod_type != "DELETE"
     new = dict(after or {}) if capture.startswith("NEW_ROW") and whole_row else dict(row.new_values)
     old = row.old_values if capture in ("OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES") else {}
-    types = TABLES_BY_NAME[row.table].types
-    new, old = ({k: _whole_seconds(v) if types[k] == "TIMESTAMP" and v is not None else v for k, v in part.items()} for part in (new, old))
-    return workload.GroundTruthRow(row.commit_timestamp, row.table, row.mod_type, row.keys, new, old, "", row.transaction)
+    return as_recorded(dataclasses.replace(row, new_values=new, old_values=old))
 
 
 def expected_changes(truth: list[workload.GroundTruthRow], capture: str) -> list[workload.GroundTruthRow]:

@@ -47,6 +47,7 @@ def test_windows_out_of_retention_or_before_the_stream_are_refused(
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", ageing_server.host)
     database = create_database(ageing_server.host, PROJECT, INSTANCE, unique_database_id("r"), (), "GOOGLE_STANDARD_SQL")
     workload.setup_database(database, "GOOGLE_STANDARD_SQL", "aged")
+    database.update_ddl(["ALTER CHANGE STREAM aged SET OPTIONS (retention_period = '1d')"]).result(60)  # the minimum
     created = server_now(ageing_server)
     settings = extract_settings(database.database_id, "aged", emulator_host=ageing_server.host)
 

@@ -188,7 +188,9 @@ def test_a_policy_lands_nothing_left_out_nothing_clear_and_everything_else_exact
                             for s in changelog.snapshots() if s.summary is not None}  # fmt: skip
     finally:
         close_catalog(catalog)
-    snapshot_rows = [r for path in published_locations(layout.snapshot_location) for r in pq.read_table(path).to_pylist()]
+    snapshot_files = published_locations(layout.snapshot_location)
+    snapshot_rows = sorted((r for path in snapshot_files for r in pq.read_table(path).to_pylist()), key=lambda r: r["uuid"])
+    assert daft.read_parquet(snapshot_files).sort("uuid").to_arrow().select(list(snapshot_rows[0])).to_pylist() == snapshot_rows
     assert {r["object"] for r in rows} == {"Customers", "Orders"} and {r["object"] for r in snapshot_rows} == {"Customers"}
     for row in rows + snapshot_rows:
         keys, new, old = (json.loads(row[c]) for c in ("keys", "new_values", "old_values"))

@@ -46,7 +46,7 @@ WINDOW = ["--window-start", "2024-05-01T10:00:00Z", "--window-end", "2024-05-01T
          "invalid --dialect='MYSQL': expected one of auto, GOOGLE_STANDARD_SQL, POSTGRESQL"),
         (["read", "--stream", "s", "--start", "now", "--format", "xml"], "invalid --format='xml': expected one of jsonl, text"),
         (["lineage", "show", "--format", "svg"], "invalid --format='svg': expected one of text, json, dot"),
-        (["extrct"], "invalid COMMAND='extrct': expected one of demo, up, down, read, init, db, extract, snapshot, lineage, lake, verify, local-spanner"),
+        (["extrct"], "invalid COMMAND='extrct': expected one of demo, up, down, read, init, db, extract, snapshot, spark-package, lineage, lake, verify, local-spanner"),
         (["local-spanner", "serve", "--port", "abc"], "invalid --port='abc': expected an integer"),
         (["extract", "--window-start", "2024-05-01T10:00:00Z"],
          "the following arguments are required: --window-end (see `spanner-cdc extract --help`)"),

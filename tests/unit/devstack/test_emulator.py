@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -52,3 +53,43 @@ def test_its_tests_skip_in_one_line_where_it_is_absent_and_fail_where_it_is_requ
     monkeypatch.setenv(REQUIRE_ENV, "1")
     with pytest.raises(pytest.fail.Exception, match=f"{REQUIRE_ENV} is set: Google's Cloud Spanner emulator was not found"):
         emulator_binary_or_skip()
+
+
+def test_a_ground_truth_rewritten_as_the_emulator_records_it(tmp_path: Path) -> None:
+    from spanner_cdc.devstack.emulator import record_ground_truth_as_the_emulator
+    from spanner_cdc.devstack.workload import load_ground_truth
+
+    path = tmp_path / "truth.jsonl"
+    line = {"commit_timestamp": "2026-12-06T05:42:10.172907Z", "table": "singers", "mod_type": "UPDATE", "keys": {"singer_id": "7"},
+            "new_values": {"updated_at": "2028-09-13T10:35:44.743458Z", "first_name": "x.y"},
+            "old_values": {"updated_at": "2028-09-13T10:35:44Z", "first_name": None}, "transaction_tag": "app=workload", "transaction": 3}
+    path.write_text(json.dumps(line) + "\n")
+    record_ground_truth_as_the_emulator(path)
+    [row] = load_ground_truth(path)
+    assert row.new_values == {"updated_at": "2028-09-13T10:35:44Z", "first_name": "x.y"}
+    assert row.old_values == {"updated_at": "2028-09-13T10:35:44Z", "first_name": None}
+    assert (row.transaction_tag, row.transaction, row.keys) == ("", 3, {"singer_id": "7"})
+    assert row.commit_timestamp.isoformat() == "2026-12-06T05:42:10.172907+00:00"  # the commit timestamp keeps its microseconds
+
+
+def test_the_demo_on_the_emulator_refuses_a_partition_mode_the_emulator_lacks_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from spanner_cdc.cli import main as cli
+
+    assert cli.main(["demo", "--source", "emulator", "--partition-mode", "MUTABLE_KEY_RANGE"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("spanner-cdc: error: --partition-mode MUTABLE_KEY_RANGE: Google's emulator has only IMMUTABLE_KEY_RANGE "
+                   "(--source emulator)\n")
+
+
+def test_the_demo_streams_config_on_the_emulator_is_scheduled_by_the_minute(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from spanner_cdc.devstack.demo import write_streams_config
+    from spanner_cdc.devstack.demo_emulator import SCHEDULE
+    from spanner_cdc.settings import CONFIG_ENV, load_settings
+    from spanner_cdc.stream_config import load_streams
+
+    path = tmp_path / "streams.toml"
+    write_streams_config(path, datetime(2026, 12, 6, 6, 11, tzinfo=UTC), schedule=SCHEDULE)
+    [stream] = load_streams(load_settings({}, env={CONFIG_ENV: str(path)})).values()
+    assert stream.schedule == "* * * * *" and stream.start_date == datetime(2026, 12, 6, 6, 11, tzinfo=UTC)

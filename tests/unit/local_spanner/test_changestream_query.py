@@ -145,11 +145,11 @@ def test_stop_ends_an_open_query_and_drop_fails_it() -> None:
 
 
 @pytest.mark.parametrize("heartbeat_ms", [999, 300_001, 0])
-def test_heartbeat_out_of_range_is_invalid_argument(heartbeat_ms: int) -> None:
+def test_heartbeat_out_of_range_is_out_of_range_as_the_emulator_answers(heartbeat_ms: int) -> None:
     engine, clock, _, created, token = setup()
     with pytest.raises(QueryError) as error:
         engine.query(DB, "s", token, created, None, heartbeat_ms, threading.Event())
-    assert error.value.code == "INVALID_ARGUMENT"
+    assert error.value.code == "OUT_OF_RANGE"
     assert str(heartbeat_ms) in str(error.value) and "1000" in str(error.value)
 
 

@@ -256,3 +256,19 @@ def test_a_window_past_the_first_page_of_windows_opens_its_page() -> None:
     starts = sorted(w.start for w in view.windows)
     assert windows_page_of(view, starts[-1]) == 1 and windows_page_of(view, starts[0]) == 2
     assert windows_page_of(view, starts[0] - HOUR) == 1  # not a window of the lineage
+
+
+def test_a_closed_window_shows_its_marker_and_a_bucket_one_links_to_it() -> None:
+    from spanner_cdc.ui import tables
+    from tests.unit.ui.sample import sample_view
+
+    view = sample_view()
+    local = "/lake/orders_stream/live/_windows/20240501T100000Z_20240501T110000Z.json"
+    bucket = "gs://lake-bucket/cdc/orders_stream/live/_windows/20240501T110000Z_20240501T120000Z.json"
+    windows = (dataclasses.replace(view.windows[0], marker_path=local), dataclasses.replace(view.windows[1], marker_path=bucket),
+               *view.windows[2:])  # fmt: skip
+    html_text = tables.windows_table(dataclasses.replace(view, windows=windows), 1, lambda _params: "#")
+    assert f'<code title="{local}" data-marker="{local}">20240501T100000Z_20240501T110000Z.json</code>' in html_text
+    assert ('href="https://console.cloud.google.com/storage/browser/_details/lake-bucket/cdc/orders_stream/live/_windows/'
+            '20240501T110000Z_20240501T120000Z.json"') in html_text  # fmt: skip
+    assert html_text.count("<td class=muted>—</td>") >= 1  # the open window has no marker yet
