@@ -39,7 +39,11 @@ SETTING_SOURCES = {
     "landing-policy flags of `extract` and `snapshot`",
 }
 # What a setting accepts where its validator takes any text.
-SETTING_ACCEPTED = {"emulator_host": "host:port", "home": "a path"}
+SETTING_ACCEPTED = {
+    "emulator_host": "host:port",
+    "home": "a path",
+    "spark_py_files": "a path, or an hdfs://, s3a:// or gs:// URL, of the zip `spanner-cdc spark-package` builds",
+}
 
 # The [streams.<name>] keys that are not settings: what each does (a key missing here stops the generator).
 STREAM_KEY_HELP = {
@@ -93,6 +97,8 @@ def cell(text: str) -> str:
 
 
 def show_default(value: Any) -> str:
+    if value is None:
+        return "unset"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     if isinstance(value, timedelta):
