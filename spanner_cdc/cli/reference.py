@@ -254,7 +254,8 @@ def cli_page(parser: argparse.ArgumentParser) -> str:
         "",
     ]
     for path, sub, help in _leaf_commands(parser):
-        lines += [f"## `spanner-cdc {' '.join(path)}`", "", cell(sub.description or help), ""]
+        about = sub.description or help[:1].upper() + help[1:] + "."
+        lines += [f"## `spanner-cdc {' '.join(path)}`", "", cell(about), ""]
         rows = list(_option_rows(sub))
         if rows:
             lines += ["| option | meaning |", "|---|---|", *rows, ""]

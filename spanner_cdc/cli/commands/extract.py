@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_dialect_flag(parser, "SQL dialect (default: auto)")
     # a bad value is refused by load_settings, in the same words as through SPANNER_CDC_* (with the range)
     parser.add_argument("--heartbeat-ms", type=int_or_text, help="heartbeat_milliseconds of the queries, 1000..300000 (default 10000)")
-    parser.add_argument("--spark-master", help="local[*], spark://host:port or sc://host:port (SPANNER_CDC_SPARK_MASTER)")
+    parser.add_argument("--spark-master", help="local[*], spark://host:port, sc://host:port, yarn or k8s://https://host:port (SPANNER_CDC_SPARK_MASTER)")
     parser.add_argument("--concurrency", type=int_or_text, help="Spark jobs run at once, 1..256 (default 4): a wave's tokens go in that many groups, a job each")
     add_metadata_url_flag(parser)
     add_home_flag(parser)
