@@ -281,7 +281,8 @@ def maintenance_dags() -> dict[str, DAG]:
 
 
 VERIFY_DOC = """
-Verifies, once a day, the newest closed window of change stream **{change_stream}** against the source: each
+Verifies, once a day (its one task, `verify`, as `spanner-cdc verify`), the newest closed window of change stream
+**{change_stream}** against the source: each
 current-state table's snapshot of the window against a stale read at its end - 1 µs ({fraction:g} of the key buckets),
 and the window's change log against a fresh read of the change stream, by uuid. The result is kept with the window
 (`spanner_cdc_verify_mismatches` in `/metrics`, `lake show --json`); a mismatch fails the task, without retries, with
@@ -330,8 +331,9 @@ BACKFILL_DOC = """
 Re-extracts `[start, end)` of one configured stream, hour by hour, into a lineage namespace of its
 own (`backfill_<run id>`), so the live hourly lineage and its checkpoints are not touched. Rows carry
 `read_method = spanner-change-stream-backfill`; files land under `<output_root>/<stream>/<namespace>/`.
-The first task refuses the form (with the reason) when end is not after start, end is in the
-future, or start is outside the change stream's retention.
+The first task, `validate`, refuses the form (with the reason in its log, without retrying) when end is not after
+start, end is in the future or before the stream was created, or start is outside the change stream's retention;
+`extract_windows` then extracts the range hour by hour.
 """
 
 

@@ -94,3 +94,20 @@ def test_every_shipped_alert_has_a_runbook() -> None:
     assert alerts
     for alert in alerts:
         assert re.search(rf"^### `?{alert}`?$", page, re.MULTILINE), f"docs/operating.md has no runbook for {alert}"
+
+
+def test_every_task_of_the_dags_is_in_their_docs() -> None:
+    """Each task of each DAG the factory makes is named in the DAG's own doc (Airflow's Docs tab) and in docs/dags.md."""
+    from spanner_cdc.airflow import dags
+    from spanner_cdc.stream_config import parse_stream
+
+    config = parse_stream("orders", {"start_date": "2024-01-01T00:00:00Z", "snapshot": True, "current_state": True, "verify": True})
+    page = (DOCS / "dags.md").read_text()
+    made = [dags.hourly_dag(config, 4, "/lake"), dags.maintenance_dag(config, "/lake"), dags.verify_dag(config), dags.backfill_dag()]
+    for dag in made:
+        for task_id in dag.task_dict:
+            name = re.sub(r"^wave_\d+\.", "wave_k.", task_id)
+            assert f"`{name}`" in (dag.doc_md or "") or f"`{task_id.rsplit('.', 1)[-1]}`" in (dag.doc_md or ""), (
+                f"{dag.dag_id}'s doc does not name its task {task_id}"
+            )
+            assert f"`{task_id.rsplit('.', 1)[-1]}`" in page, f"docs/dags.md does not name {dag.dag_id}'s task {task_id}"
