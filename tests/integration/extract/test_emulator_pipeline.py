@@ -1,7 +1,7 @@
 """The pipeline on Google's Spanner emulator: consecutive windows of the seeded workload with the emulator's own splits and
 merges, in both dialects and every value capture type, a killed extract re-run; and what the emulator cannot do.
 
-What the emulator (1.5.x) cannot do, each asserted below with the emulator's own answer, and kept out of the workload
+What the emulator (1.5.28) cannot do, each asserted below with the emulator's own answer, and kept out of the workload
 tests (the local server's tests cover those paths):
 
 - no `partition_mode` option (MUTABLE_KEY_RANGE): "Option: partition_mode is unknown." (GoogleSQL),
@@ -46,7 +46,7 @@ from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.extract.lake_reading import published_rows
 from tests.integration.extract.test_extract_workload import lake_key, truth_key
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(60)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(100)]
 REPO = Path(__file__).resolve().parents[3]
 GOOGLE_STANDARD_SQL, POSTGRESQL = "GOOGLE_STANDARD_SQL", "POSTGRESQL"
 # Spanner lets at most three change streams watch a table: the windows' database has STREAM (OLD_AND_NEW_VALUES, read in

@@ -101,3 +101,27 @@ def test_a_window_end_ahead_of_spanner_is_refused_with_when_or_waited_for_with_p
     _preflight.wait_for_window_end(None, end, wait=True, out=out)
     assert [line.rsplit(", ", 1)[1] for line in out.getvalue().splitlines()] == ["15 s to go", "5 s to go"]
     assert slept == [10.0, 5.0]
+
+
+def test_a_librarys_warning_stays_off_stderr_where_a_user_error_is_one_line() -> None:
+    """As platformdirs' RuntimeDirWarning did: a warning a library raises while a command runs goes to the log at debug,
+    and the user's error stays the only line (a process of its own: pytest records warnings itself)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, warnings\n"
+        "from spanner_cdc.cli import main\n"
+        "from spanner_cdc.cli.commands import demo\n"
+        "from spanner_cdc.errors import UsageError\n"
+        "def fails(args):\n"
+        "    warnings.warn('XDG_RUNTIME_DIR is not set', RuntimeWarning)\n"
+        "    raise UsageError('--hours 0: expected 1 to 24')\n"
+        "demo.run_demo = fails\n"
+        "sys.exit(main.main(sys.argv[1:]))\n"
+    )
+    quiet = subprocess.run([sys.executable, "-W", "default", "-c", script, "demo"], capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 2 and quiet.stderr == "spanner-cdc: error: --hours 0: expected 1 to 24\n", quiet.stderr
+    shown = subprocess.run([sys.executable, "-W", "default", "-c", script, "--debug", "demo"], capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    assert "XDG_RUNTIME_DIR is not set" in shown.stderr  # with --debug it is logged
