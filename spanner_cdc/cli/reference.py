@@ -197,8 +197,7 @@ def configuration_page(parser: argparse.ArgumentParser) -> str:
         "command with one line naming the setting, the value and what is accepted (exit code 2).",
         "",
         "The *tuning* settings are read by the driver, which hands the executors what they use (the writer, a task's "
-        "tokens and threads) in each job's spec. `SPANNER_CDC_SPARK_CACHE` stays a variable of the machine: where it "
-        "keeps its Spark start files.",
+        "tokens and threads) in each job's spec.",
         "",
         "## Settings",
         "",
