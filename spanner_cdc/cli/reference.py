@@ -116,22 +116,20 @@ def show_default(value: Any) -> str:
 
 def _commands(
     parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
-    """Every command of the parser (`extract`, `lake maintain`, ...) with its own parser and its one-line help, in the
-    order `--help` lists them."""
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every command of the parser (`extract`, `lake maintain`, ...) with its own parser, in the order `--help` lists them."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
             for name, sub in action.choices.items():
-                yield (*path, name), sub, helps.get(name, "")
+                yield (*path, name), sub
                 yield from _commands(sub, (*path, name))
 
 
-def _leaf_commands(parser: argparse.ArgumentParser) -> list[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
+def _leaf_commands(parser: argparse.ArgumentParser) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     """The commands that run something (not the groups such as `lake`, whose subcommands do)."""
     return [
-        (path, sub, help)
-        for path, sub, help in _commands(parser)
+        (path, sub)
+        for path, sub in _commands(parser)
         if not any(isinstance(a, argparse._SubParsersAction) for a in sub._actions)
     ]
 
@@ -140,7 +138,7 @@ def setting_flags(parser: argparse.ArgumentParser) -> dict[str, dict[str, list[s
     """For each setting, its flags and the commands that take each."""
     names = set(Settings.field_names())
     flags: dict[str, dict[str, list[str]]] = {}
-    for path, sub, _ in _leaf_commands(parser):
+    for path, sub in _leaf_commands(parser):
         for action in sub._actions:
             long = [o for o in action.option_strings if o.startswith("--")]
             if action.dest in names and long:
@@ -225,7 +223,7 @@ def configuration_page(parser: argparse.ArgumentParser) -> str:
 
 def _option_rows(sub: argparse.ArgumentParser) -> Iterator[str]:
     for action in sub._actions:
-        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+        if "--help" in action.option_strings or action.help == argparse.SUPPRESS:
             continue
         if action.option_strings:
             name = ", ".join(action.option_strings)
@@ -252,9 +250,10 @@ def cli_page(parser: argparse.ArgumentParser) -> str:
         "line on stderr (`spanner-cdc --debug COMMAND ...` shows the traceback).",
         "",
     ]
-    for path, sub, help in _leaf_commands(parser):
-        about = sub.description or help[:1].upper() + help[1:] + "."
-        lines += [f"## `spanner-cdc {' '.join(path)}`", "", cell(about), ""]
+    for path, sub in _leaf_commands(parser):
+        if not sub.description:
+            raise ValueError(f"`spanner-cdc {' '.join(path)}` has no description for its --help: give its parser one")
+        lines += [f"## `spanner-cdc {' '.join(path)}`", "", cell(sub.description), ""]
         rows = list(_option_rows(sub))
         if rows:
             lines += ["| option | meaning |", "|---|---|", *rows, ""]

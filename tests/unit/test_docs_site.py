@@ -75,7 +75,7 @@ def test_every_command_is_in_the_command_reference() -> None:
     from spanner_cdc.cli.main import build_parser
 
     page = (DOCS / reference.CLI_PAGE).read_text()
-    for path, sub, _ in reference._leaf_commands(build_parser()):
+    for path, sub in reference._leaf_commands(build_parser()):
         assert f"## `spanner-cdc {' '.join(path)}`" in page
         for action in sub._actions:
             for option in action.option_strings:

@@ -56,7 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fail.add_argument("--reads", type=int, default=1, help="how many reads fail (default 1)")
     fail.add_argument("--after-rows", type=int, default=0, help="rows each sends before failing (default 0)")
     fail.set_defaults(func=_fail)
-    status = commands.add_parser("status", help="print the running server's state as JSON")
+    status = commands.add_parser(
+        "status", help="print the running server's state as JSON",
+        description="Print the running local server's state as JSON: its clock (now, rate), each database's dialect, tables (rows) and change streams, and the faults pending and injected.",
+    )  # fmt: skip
     _target_flags(status, database=False)
     status.set_defaults(func=_status)
     try:
