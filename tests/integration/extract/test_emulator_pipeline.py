@@ -46,7 +46,7 @@ from tests.fixtures.spanner import INSTANCE, PROJECT, unique_database_id
 from tests.integration.extract.lake_reading import published_rows
 from tests.integration.extract.test_extract_workload import lake_key, truth_key
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(100)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(110)]
 REPO = Path(__file__).resolve().parents[3]
 GOOGLE_STANDARD_SQL, POSTGRESQL = "GOOGLE_STANDARD_SQL", "POSTGRESQL"
 # Spanner lets at most three change streams watch a table: the windows' database has STREAM (OLD_AND_NEW_VALUES, read in

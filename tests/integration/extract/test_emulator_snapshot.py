@@ -19,7 +19,7 @@ from spanner_cdc.lake.layout import LakeLayout, published_locations
 from spanner_cdc.lake.state_table import read_state, snapshot_at, state_identifier
 from spanner_cdc.store import MetadataStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(50)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(80)]
 GOOGLE_STANDARD_SQL, POSTGRESQL = "GOOGLE_STANDARD_SQL", "POSTGRESQL"
 # lower-case names work unquoted in both dialects; TIMESTAMPs in whole seconds (the emulator truncates them in mods)
 TABLES = {
