@@ -51,8 +51,9 @@ HOURLY_DOC = """
 Extracts the change stream **{change_stream}** for each data interval `[start, end)` into the lake
 (`{output_root}/{change_stream}/live/`), keeping lineage and checkpoints in the metadata store.
 
-`current_state` (with `current_state = true`) writes each table's state as of the window end under
-`current/` and emits one `spanner_cdc_current_state__{name}` event per new state; `snapshot` (with `snapshot = true`) reads every watched table at the first window's start into
+`current_state` (with `current_state = true`) applies each closed window to every table's current-state Iceberg
+table (`live.{change_stream}__current__<table>`, files under `_current/`: one snapshot per table as of the window's end)
+and emits one `spanner_cdc_current_state__{name}` event per window applied; `snapshot` (with `snapshot = true`) reads every watched table at the first window's start into
 `snapshot/`, once; `catch_up` finishes windows that earlier runs left open; `plan` bootstraps the lineage and lists the
 ready partition tokens; each `wave_k.extract` reads one token (or a batch of them) over the window;
 `wave_k.next_wave` picks up children of splits and merges; `close` checks completeness and the
@@ -240,7 +241,8 @@ slot of the hourly extract: `maintain` rewrites each closed window's small files
 `target_file_size` (one Iceberg replace snapshot each, then the window's next marker generation), expires snapshots
 superseded longer than `snapshot_retention` ago, removes data files nothing lists once older than
 `orphan_min_age`, and folds the metadata store's partitions, attempts and manifest rows of windows closed longer
-than `lineage_retention` ago into per-window totals. Every step is idempotent and safe to kill; a retry finishes the work. The same as
+than `lineage_retention` ago into per-window totals; last, it folds the current-state tables' position-delete files
+into their data files. Every step is idempotent and safe to kill; a retry finishes the work. The same as
 `spanner-cdc lake maintain --stream {change_stream}`.
 """
 
@@ -279,7 +281,8 @@ def maintenance_dags() -> dict[str, DAG]:
 
 
 VERIFY_DOC = """
-Verifies, once a day, the newest closed window of change stream **{change_stream}** against the source: each
+Verifies, once a day (its one task, `verify`, as `spanner-cdc verify`), the newest closed window of change stream
+**{change_stream}** against the source: each
 current-state table's snapshot of the window against a stale read at its end - 1 µs ({fraction:g} of the key buckets),
 and the window's change log against a fresh read of the change stream, by uuid. The result is kept with the window
 (`spanner_cdc_verify_mismatches` in `/metrics`, `lake show --json`); a mismatch fails the task, without retries, with
@@ -328,8 +331,9 @@ BACKFILL_DOC = """
 Re-extracts `[start, end)` of one configured stream, hour by hour, into a lineage namespace of its
 own (`backfill_<run id>`), so the live hourly lineage and its checkpoints are not touched. Rows carry
 `read_method = spanner-change-stream-backfill`; files land under `<output_root>/<stream>/<namespace>/`.
-The first task refuses the form (with the reason) when end is not after start, end is in the
-future, or start is outside the change stream's retention.
+The first task, `validate`, refuses the form (with the reason in its log, without retrying) when end is not after
+start, end is in the future or before the stream was created, or start is outside the change stream's retention;
+`extract_windows` then extracts the range hour by hour.
 """
 
 

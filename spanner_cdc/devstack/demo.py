@@ -241,7 +241,8 @@ def _run(
                 env, [job], extra_env=demo_env(paths, lineage_url, host, settings, lake), log_path=paths.logs / "airflow.log",
                 retries=1, on_progress=None if echo is None else (lambda line: _say(echo, "  " + line)),
             )
-        return _summary(settings, paths, lineage_url, lake, windows, runs, 1.0, started, echo, source=EMULATOR_SOURCE)
+        return _summary(paths, lineage_url, lake, windows, runs, 1.0, started, echo, source=EMULATOR_SOURCE,
+                        commands=next_commands(settings))
 
     # The clock starts early enough that the stream exists before the first window, whatever the start-up
     # takes, and the history ends an hour before the wall clock's hour (inside the stream's retention).
@@ -274,19 +275,20 @@ def _run(
             env, [job], extra_env=extra, log_path=paths.logs / "airflow.log", retries=1,
             on_progress=None if echo is None else (lambda line: _say(echo, "  " + line)),
         )
-    return _summary(settings, paths, lineage_url, lake, windows, runs, rate, started, echo, source=LOCAL_SOURCE)
+    return _summary(paths, lineage_url, lake, windows, runs, rate, started, echo, source=LOCAL_SOURCE,
+                    commands=next_commands(settings))
 
 
 def _summary(
-    settings: Settings, paths: DemoPaths, lineage_url: str, lake: Path | str, windows: list[tuple[dt.datetime, dt.datetime]],
-    runs: list[dict[str, Any]], rate: float, started: float, echo: Echo, *, source: str,
+    paths: DemoPaths, lineage_url: str, lake: Path | str, windows: list[tuple[dt.datetime, dt.datetime]],
+    runs: list[dict[str, Any]], rate: float, started: float, echo: Echo, *, source: str, commands: list[str],
 ) -> DemoSummary:  # fmt: skip
     state = {"lineage_url": lineage_url, "first_window": windows[0][0].isoformat(), "rate": rate, "lake": str(lake), "source": source}
     paths.state.write_text(json.dumps(state))
     _say(echo, "5/5 summary: reading back the lake and the lineage store")
     summary = summarize(
         paths=paths, lake_root=lake, lineage_url=lineage_url, stream=CHANGE_STREAM, windows=windows, runs=runs,
-        elapsed_s=time.monotonic() - started, commands=next_commands(settings),
+        elapsed_s=time.monotonic() - started, commands=commands,
     )
     if source == EMULATOR_SOURCE:
         summary.notes.append("on Google's emulator TIMESTAMP values in change records are whole seconds (its limit): "

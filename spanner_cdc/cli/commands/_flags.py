@@ -57,7 +57,8 @@ def add_tuning_flags(parser: argparse.ArgumentParser) -> None:
     for setting in dataclasses.fields(Settings):
         if setting.name in TUNING_FIELDS:
             flag = "--" + setting.name.replace("_", "-")
-            group.add_argument(flag, help=f"{setting.metadata['help']} ({env_name(setting.name)}, default {setting.default})")
+            default = "unset" if setting.default is None else setting.default
+            group.add_argument(flag, help=f"{setting.metadata['help']} ({env_name(setting.name)}, default {default})")
 
 
 def add_read_flags(parser: argparse.ArgumentParser) -> None:

@@ -12,11 +12,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo = subparsers.add_parser(
         "demo",
         help="run the whole pipeline on embedded services and print a summary (make demo)",
-        description="Start the embedded Postgres and the local Spanner server (clock in the past, accelerated), "
-        "write a few hours of changes with partition splits and merges, run the hourly DAG for each hour "
-        "with Airflow, and print what landed against what was written. State lives in .local/demo and is "
-        "replaced on every run. Every process it starts it stops at the end (the embedded Postgres only if it "
-        "was not running before); `spanner-cdc up` starts them again on the demo's data.",
+        description="Start the embedded Postgres and the local Spanner server (clock in the past, accelerated; or, "
+        "with --source emulator, Google's emulator in real time), write a few hours of changes with partition splits "
+        "and merges, run the hourly DAG for each hour with Airflow, and print what landed against what was written. "
+        "The lineage store is the one the CLI reads on the same --home, so the commands the summary prints see the "
+        "demo; its lake and logs live in <home>/demo and are replaced on every run. Every process it starts it stops "
+        "at the end (the embedded Postgres only if it was not running before); `spanner-cdc up` starts them again on "
+        "the demo's data.",
     )
     demo.add_argument("--source", default="local", choices=("local", "emulator"),
                       help="the demo's Spanner: local (the local server, its clock in the past and accelerated; default) or "

@@ -34,11 +34,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "extract",
         help="extract one window [start, end) of a change stream into the lake",
         description="Bootstrap the stream's lineage if new, finish first any earlier window of the lineage that was "
-        "left open, then read every ready partition token over the window in waves (a wave's tokens in Spark jobs "
-        "of up to --wave-group-tokens each; children born in the window in later waves), land Parquet, commit "
-        "checkpoints, and close the window (transaction check, _windows/ marker, Iceberg snapshot) when every "
-        "partition is done with it. Flags, settings, the window and the services it reaches are checked before "
-        "anything starts; a --window-end Spanner's clock has not reached is refused (or, with --wait, waited for).",
+        "left open, then read every ready partition token over the window in waves (children born in the window in "
+        "the next wave; a wave's tokens go in --concurrency groups of at most --wave-group-tokens, one Spark job and "
+        "one store commit each), land Parquet, commit checkpoints, and close the window (transaction check, _windows/ "
+        "marker, the Iceberg snapshot) when every partition is done with it. Flags, settings, the window and the "
+        "services it reaches are checked before anything starts; a --window-end Spanner's clock has not reached is "
+        "refused (or, with --wait, waited for).",
     )
     parser.add_argument("--stream", help="change stream name, or a stream configured in SPANNER_CDC_CONFIG")
     parser.add_argument("--window-start", required=True, help="window start (inclusive), RFC 3339 with Z or an offset")
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_dialect_flag(parser, "SQL dialect (default: auto)")
     # a bad value is refused by load_settings, in the same words as through SPANNER_CDC_* (with the range)
     parser.add_argument("--heartbeat-ms", type=int_or_text, help="heartbeat_milliseconds of the queries, 1000..300000 (default 10000)")
-    parser.add_argument("--spark-master", help="local[*], spark://host:port or sc://host:port (SPANNER_CDC_SPARK_MASTER)")
+    parser.add_argument("--spark-master", help="local[*], spark://host:port, sc://host:port, yarn or k8s://https://host:port (SPANNER_CDC_SPARK_MASTER)")
     parser.add_argument("--concurrency", type=int_or_text, help="Spark jobs run at once, 1..256 (default 4): a wave's tokens go in that many groups, a job each")
     add_metadata_url_flag(parser)
     add_home_flag(parser)
@@ -62,9 +63,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--max-waves", type=int, default=20, help="bound on waves of children per run (default 20)")
     parser.add_argument(
-        "--current-state", action="store_true", help="once the window is complete, write each table's current state as of "
-        "its end to the stream's current-state Iceberg tables under _current/ (the previous state plus this window; "
-        "SPANNER_CDC_CURRENT_STATE_KEEP snapshots kept, default 24)"
+        "--current-state", action="store_true", help="once the window is complete, apply it to each table's current-state "
+        "Iceberg table <namespace>.<stream>__current__<table> (files under _current/): one snapshot per table as of the "
+        "window's end (SPANNER_CDC_CURRENT_STATE_KEEP window snapshots kept, default 24)"
     )  # fmt: skip
     parser.add_argument(
         "--wait", action="store_true", help="a --window-end still in the future (by Spanner's clock) is waited for, with a "

@@ -28,7 +28,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_metadata_url_flag(show)
     add_home_flag(show)
     show.set_defaults(func=run_show)
-    listing = actions.add_parser("list", help="list the lineages in the metadata store")
+    listing = actions.add_parser(
+        "list", help="list the lineages in the metadata store",
+        description="List every lineage in the metadata store, one line each: its name (stream/namespace), id, "
+        "database and low watermark.",
+    )  # fmt: skip
     add_metadata_url_flag(listing)
     add_home_flag(listing)
     listing.set_defaults(func=run_list)

@@ -56,7 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fail.add_argument("--reads", type=int, default=1, help="how many reads fail (default 1)")
     fail.add_argument("--after-rows", type=int, default=0, help="rows each sends before failing (default 0)")
     fail.set_defaults(func=_fail)
-    status = commands.add_parser("status", help="print the running server's state as JSON")
+    status = commands.add_parser(
+        "status", help="print the running server's state as JSON",
+        description="Print the running local server's state as JSON: its clock (now, rate), each database's dialect, tables (rows) and change streams, and the faults pending and injected.",
+    )  # fmt: skip
     _target_flags(status, database=False)
     status.set_defaults(func=_status)
     try:
@@ -88,8 +91,24 @@ def _serve_parser(commands: argparse._SubParsersAction) -> None:
     )
     for f in _policy_fields():
         group.add_argument(f"--policy-{f.name.replace('_', '-')}", dest=f"policy_{f.name}", metavar="VALUE",
-                           help=f"default {_show_default(f.default)}")
+                           help=f"{POLICY_HELP[f.name]} (default {_show_default(f.default)})")
     serve.set_defaults(func=_serve)
+
+
+# What each field of the local server's PartitionPolicy does, as its --policy-* flag says it.
+POLICY_HELP = {
+    "seed": "seed of the partitions that the timed events pick",
+    "initial_partitions": "partitions of a new change stream",
+    "min_partitions": "fewest partitions that automatic merges leave",
+    "max_partitions": "most partitions that automatic splits make",
+    "split_records": "a partition that receives this many records within --policy-split-period splits",
+    "split_period": "the period of --policy-split-records",
+    "split_ways": "children of a split",
+    "merge_idle": "two adjacent partitions idle this long merge ('none': never)",
+    "event_every": "server time between timed events: alternately a split and a merge (MUTABLE_KEY_RANGE: split, "
+    "move, merge) ('none': no timed events)",
+    "max_catchup_events": "most overdue timed events applied at once (after a long idle period)",
+}
 
 
 def _policy_fields() -> list[dataclasses.Field[Any]]:

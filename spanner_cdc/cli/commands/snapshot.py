@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--output-root", help="root of the data lake: a path, gs://bucket/prefix or s3://bucket/prefix (SPANNER_CDC_OUTPUT_ROOT)")
     add_spanner_flags(parser)
     add_dialect_flag(parser, "SQL dialect (default: auto)")
-    parser.add_argument("--spark-master", help="local[*], spark://host:port or sc://host:port (SPANNER_CDC_SPARK_MASTER)")
+    parser.add_argument("--spark-master", help="local[*], spark://host:port, sc://host:port, yarn or k8s://https://host:port (SPANNER_CDC_SPARK_MASTER)")
     parser.add_argument("--concurrency", type=int_or_text, help="partitions asked per table, 1..256 (default 4; at least 2)")
     add_metadata_url_flag(parser)
     add_home_flag(parser)

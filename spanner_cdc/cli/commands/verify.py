@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_read_flags(parser)
     add_dialect_flag(parser, "SQL dialect (default: auto)")
     parser.add_argument(
-        "--spark-master", help="local[*], spark://host:port or sc://host:port (SPANNER_CDC_SPARK_MASTER)"
+        "--spark-master", help="local[*], spark://host:port, sc://host:port, yarn or k8s://https://host:port (SPANNER_CDC_SPARK_MASTER)"
     )
     parser.add_argument(
         "--concurrency",
