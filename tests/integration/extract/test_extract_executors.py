@@ -18,25 +18,30 @@ import pytest
 
 import spanner_cdc
 from spanner_cdc.devstack.spanner_server import LocalSpanner
-from spanner_cdc.devstack.spark_cluster import ConnectServer, StandaloneCluster
+from spanner_cdc.devstack.spark_cluster import ConnectServer, StandaloneCluster, hiding
 from spanner_cdc.spark import shipping
 from tests.integration.extract.lake_reading import change_of, published_rows
 from tests.integration.extract.test_extract_crash import start_extract
 from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(40)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(55)]
 REPO = Path(__file__).resolve().parents[3]
 # what the worker cannot see: the driver's virtualenv (its interpreter, pyspark, the editable install's path) and the
 # package's source tree
 HIDDEN = (Path(sys.prefix), Path(spanner_cdc.__file__).parent)
 
 
+def require_mount_namespace(tmp_path_factory: pytest.TempPathFactory) -> None:
+    probe = tmp_path_factory.mktemp("probe")
+    if shutil.which("unshare") is None or subprocess.run(hiding([str(probe)], ["true"]), capture_output=True).returncode:
+        pytest.skip("a mount namespace of its own for Spark's processes needs unshare(1) and the right to mount (root)")
+
+
 @pytest.fixture(scope="module")
 def foreign_worker(executor_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     """A standalone master and worker run from the executor Python's own pyspark, the worker in a mount namespace where
     HIDDEN are empty directories; the cluster's `python3` is the executor Python."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("a mount namespace of its own for the worker needs root and unshare(1)")
+    require_mount_namespace(tmp_path_factory)
     with StandaloneCluster(
         cores=1, memory="1g", python=str(executor_python), home=executor_spark(executor_python), hidden=HIDDEN,
         work_dir=tmp_path_factory.mktemp("foreign"),
@@ -64,6 +69,7 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def stock_connect_server(executor_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     """`start-connect-server.sh` of the executor Python's pyspark, with that Python (no spanner_cdc), in a filesystem
     view without HIDDEN."""
+    require_mount_namespace(tmp_path_factory)
     with ConnectServer(
         master="local[2]", python=str(executor_python), home=executor_spark(executor_python), hidden=HIDDEN,
         work_dir=tmp_path_factory.mktemp("stock-connect"),
