@@ -87,11 +87,11 @@ def test_a_window_end_ahead_of_spanner_is_refused_with_when_or_waited_for_with_p
     import io
     from datetime import timedelta
 
-    from spanner_cdc.extract import snapshot
+    from spanner_cdc.source import client
 
     end = datetime(2024, 5, 1, 11, tzinfo=UTC)
     clock = iter([end - timedelta(seconds=25), end - timedelta(seconds=15), end - timedelta(seconds=5), end])
-    monkeypatch.setattr(snapshot, "server_now", lambda database: next(clock))
+    monkeypatch.setattr(client, "server_now", lambda database, dialect=None: next(clock))
     with pytest.raises(UsageError, match="--window-end 2024-05-01T11:00:00Z is in the future .*extracted from "
                                          "2024-05-01T11:00:00Z, in 25 s; .*--wait"):
         _preflight.wait_for_window_end(None, end, wait=False, out=io.StringIO())
