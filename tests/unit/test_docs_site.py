@@ -112,3 +112,46 @@ def test_every_task_of_the_dags_is_in_their_docs() -> None:
                 f"{dag.dag_id}'s doc does not name its task {task_id}"
             )
             assert f"`{task_id.rsplit('.', 1)[-1]}`" in page, f"docs/dags.md does not name {dag.dag_id}'s task {task_id}"
+
+
+README = ROOT / "README.md"
+
+
+def test_readme_is_the_first_ten_minutes() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move the detail into a page under docs/"
+
+
+def test_readme_links_lead_to_pages_and_headings_that_exist() -> None:
+    from markdown.extensions.toc import slugify  # the slugs MkDocs gives headings (its default toc)
+
+    links = re.findall(r"\]\(([^)\s]+)\)", README.read_text())
+    assert any(link.startswith("docs/") for link in links)
+    for link in links:
+        if "://" in link:
+            continue
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.exists(), f"README links to {link}: no such file"
+        if anchor:
+            text = target.read_text()
+            fenced = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+            slugs = {slugify(h, "-") for h in re.findall(r"^#+ (.+?)\s*$", fenced, re.MULTILINE)}
+            assert anchor in slugs, f"README links to {link}: {path} has no such heading"
+
+
+def test_readme_streams_file_is_one_the_dags_accept(tmp_path: Path) -> None:
+    from spanner_cdc.settings import load_settings
+    from spanner_cdc.stream_config import load_streams
+
+    blocks = re.findall(r"^```toml\n(.*?)^```", README.read_text(), re.MULTILINE | re.DOTALL)
+    assert blocks, "README shows no streams file"
+    for block in blocks:
+        config = tmp_path / "streams.toml"
+        config.write_text(block)
+        assert load_streams(load_settings({}, env={"SPANNER_CDC_CONFIG": str(config)}))
+
+
+def test_ci_runs_the_test_command_the_readme_gives() -> None:
+    assert re.search(r"^make test\b", README.read_text(), re.MULTILINE)
+    assert re.search(r"^make test$", (ROOT / ".ci" / "run").read_text(), re.MULTILINE)
