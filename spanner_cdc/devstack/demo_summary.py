@@ -17,7 +17,7 @@ from spanner_cdc.names import LIVE_NAMESPACE, hourly_dag_id
 def published_files(root: Path | str) -> list[str]:
     """The change log's published files under a local or a gs:// / s3:// root: no path component under `root`
     starting with `_` or `.` (staging, markers), nor a lineage's `snapshot/` and `current/` areas (other tables
-    than the change log's, read apart: README)."""
+    than the change log's, read apart: docs/lake.md)."""
     from spanner_cdc.lake.layout import CURRENT_DIR, SNAPSHOT_DIR, published_locations
 
     base = str(root).rstrip("/") + "/"

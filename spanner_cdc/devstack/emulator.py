@@ -165,7 +165,7 @@ class SpannerEmulator:
 
 def as_recorded(row: GroundTruthRow) -> GroundTruthRow:
     """A workload change as the emulator's change streams record it: TIMESTAMP values truncated to the second, no
-    transaction tag (two of its listed limits; README "Which Spanner to point it at")."""
+    transaction tag (two of its listed limits; docs/local-spanner.md)."""
     from spanner_cdc.devstack.workload_schema import TABLES_BY_NAME
 
     types = TABLES_BY_NAME[row.table].types
