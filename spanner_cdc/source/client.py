@@ -44,6 +44,7 @@ POSTGRESQL_OPTIONS = (
 DIALECT_OPTION = "SELECT OPTION_VALUE FROM INFORMATION_SCHEMA.DATABASE_OPTIONS WHERE OPTION_NAME = 'database_dialect'"
 
 _dialects: dict[str, str] = {}
+_clients: dict[str, Any] = {}  # database name -> the client open_database made for it (for its admin API)
 _dialects_lock = threading.Lock()
 
 
@@ -76,7 +77,10 @@ def open_database(settings: Settings) -> Database:
             "GOOGLE_APPLICATION_CREDENTIALS to a key file or run `gcloud auth application-default login`; "
             f"or set {EMULATOR_ENV}=host:port for an emulator or the local server"
         ) from None
-    return client.instance(settings.instance).database(settings.database)
+    database = client.instance(settings.instance).database(settings.database)
+    with _dialects_lock:
+        _clients[database.name] = client
+    return database
 
 
 def _where(database: Any) -> str:
@@ -119,18 +123,19 @@ def detect_dialect(database: Database, configured: str = "auto") -> str:
         timeout=ADMIN_TIMEOUT_S,
         predicate=if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded),
     )
-    from google.cloud import spanner
-
-    # the database's project, through a client of its own: the client a Database came from is not public
-    project = database.name.split("/")[1]
-    api = spanner.Client(project=project, disable_builtin_metrics=True).database_admin_api
+    with _dialects_lock:
+        client = _clients.get(database.name)
     try:
-        response = api.get_database(name=database.name, retry=retry, timeout=ADMIN_TIMEOUT_S)
+        if client is not None:
+            given = client.database_admin_api.get_database(name=database.name, retry=retry, timeout=ADMIN_TIMEOUT_S).database_dialect
+        else:  # a handle open_database did not make (its client is not public): the handle's own reload
+            database.reload()
+            given = database.database_dialect
     except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
         raise source_error(exc, "detecting the SQL dialect", database) from None
-    if response.database_dialect == DatabaseDialect.POSTGRESQL:
+    if given == DatabaseDialect.POSTGRESQL:
         dialect = POSTGRESQL
-    elif response.database_dialect == DatabaseDialect.GOOGLE_STANDARD_SQL:
+    elif given == DatabaseDialect.GOOGLE_STANDARD_SQL:
         dialect = GOOGLE_STANDARD_SQL
     else:  # unspecified (Google's emulator leaves it so): the database says it in SQL
         dialect = _dialect_option(database)

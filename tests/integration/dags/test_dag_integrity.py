@@ -25,6 +25,7 @@ ALLOWED_PACKAGE_MODULES = {
     "spanner_cdc.orchestration", "spanner_cdc.airflow", "spanner_cdc.airflow.dags",  # the DAG factory
     "spanner_cdc.validators", "spanner_cdc.times",  # the settings' validators and the one UTC coercion (standard library only)
     "spanner_cdc.policy", "spanner_cdc.masking",  # the landing policy, a setting, and its mask token (standard library only)
+    "spanner_cdc.read_options",  # the reads' settings (standard library only)
     # Airflow imports the deadline callback (names.DEADLINE_CALLBACK) to check it while it parses the hourly DAG
     "spanner_cdc.orchestration.deadline",
 }

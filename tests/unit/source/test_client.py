@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -94,25 +93,16 @@ def test_a_configured_dialect_asks_nothing(configured: str) -> None:
     assert detect_dialect(object(), configured) == configured.upper()  # type: ignore[arg-type]
 
 
-ASKED: dict[str, Any] = {}  # database name -> the GetDatabase answer of its DialectAsked
-
-
-@pytest.fixture(autouse=True)
-def admin_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """detect_dialect asks GetDatabase through a client of its own: a stand-in that answers from ASKED."""
-    from google.cloud import spanner
-
-    admin = SimpleNamespace(get_database=lambda *, name, **_: ASKED[name])
-    monkeypatch.setattr(spanner, "Client", lambda **_: SimpleNamespace(database_admin_api=admin))
-
-
 class DialectAsked:
     """A database whose GetDatabase answers `dialect` and whose DATABASE_OPTIONS holds `option` (None: no row)."""
 
     def __init__(self, dialect: int, option: str | None, name: str = "") -> None:
         self.name = name or f"projects/p/instances/i/databases/d{id(self)}"
         self.option, self.sql = option, list[str]()
-        ASKED[self.name] = SimpleNamespace(database_dialect=dialect)
+        self.given, self.database_dialect = dialect, None
+
+    def reload(self) -> None:  # the client's Database.reload: GetDatabase's answer in database_dialect
+        self.database_dialect = self.given
 
     def snapshot(self) -> Any:
         database = self
