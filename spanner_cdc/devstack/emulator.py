@@ -16,6 +16,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spanner_cdc.devstack.processes import stop_process
 from spanner_cdc.errors import SpannerCdcError
 
 if TYPE_CHECKING:
@@ -138,16 +139,8 @@ class SpannerEmulator:
         return self
 
     def _terminate(self) -> None:
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if self._process is not None:
+            stop_process(self._process)
         self._process = None
 
     def stop(self) -> None:

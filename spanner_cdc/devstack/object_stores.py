@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from spanner_cdc.devstack.processes import stop_process
+
 BUCKET = "spanner-cdc-lake"
 # moto takes any key; the AWS clients want some in the environment (as in any deployment)
 S3_ENV = {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -53,12 +55,7 @@ def _serve(command: list[str], endpoint: str, log: Path) -> subprocess.Popen[byt
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    stop_process(process, grace_s=10)
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.devstack.processes import stop_process
 from spanner_cdc.errors import SpannerCdcError
 from spanner_cdc.local_spanner.control import ControlClient
 from spanner_cdc.local_spanner.values import format_timestamp
@@ -107,19 +108,8 @@ class LocalSpanner:
         return self
 
     def _terminate(self, kill: bool) -> None:
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            if kill:
-                process.kill()
-            else:
-                process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if self._process is not None:
+            stop_process(self._process, kill=kill)
         self._process = None
 
     def stop(self) -> None:
