@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from spanner_cdc.devstack.spark_cluster import ConnectServer, StandaloneCluster,
 from spanner_cdc.spark import shipping
 from tests.integration.extract.lake_reading import change_of, published_rows
 from tests.integration.extract.test_extract_crash import start_extract
-from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
+from tests.integration.extract.workload import DDL, STREAM, SmallWorkload, one_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(55)]
 REPO = Path(__file__).resolve().parents[3]
@@ -75,15 +75,6 @@ def stock_connect_server(executor_python: Path, tmp_path_factory: pytest.TempPat
         work_dir=tmp_path_factory.mktemp("stock-connect"),
     ) as server:  # fmt: skip
         yield server
-
-
-def one_window(database: Any, server: LocalSpanner) -> tuple[SmallWorkload, datetime, datetime]:
-    work = SmallWorkload(database)
-    start = datetime.now(UTC)
-    work.phase(range(0, 6))
-    server.control.split(database.name, STREAM)
-    work.phase(range(6, 12))
-    return work, start, datetime.now(UTC)
 
 
 def run_extract(settings: Any, start: datetime, end: datetime, monkeypatch: pytest.MonkeyPatch, **env: str) -> tuple[int, str, str]:

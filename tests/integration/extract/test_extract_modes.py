@@ -8,7 +8,6 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from spanner_cdc.devstack.spark_cluster import DEV_JAVA_OPTIONS, StandaloneClust
 from spanner_cdc.lake.layout import LakeLayout
 from spanner_cdc.settings import subprocess_env
 from tests.integration.extract.lake_reading import change_of, published_rows
-from tests.integration.extract.workload import DDL, STREAM, SmallWorkload
+from tests.integration.extract.workload import DDL, STREAM, SmallWorkload, one_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy(52)]
 REPO = Path(__file__).resolve().parents[3]
@@ -30,15 +29,6 @@ REPO = Path(__file__).resolve().parents[3]
 def standalone_cluster() -> Iterator[StandaloneCluster]:
     with StandaloneCluster(cores=1, memory="1g") as cluster:
         yield cluster
-
-
-def one_window(database: Any, server: LocalSpanner) -> tuple[SmallWorkload, datetime, datetime]:
-    work = SmallWorkload(database)
-    start = datetime.now(UTC)
-    work.phase(range(0, 6))
-    server.control.split(database.name, STREAM)
-    work.phase(range(6, 12))
-    return work, start, datetime.now(UTC)
 
 
 def check_lake(settings: Any, work: SmallWorkload, summary: dict[str, Any]) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from google.cloud import spanner
 
 from tests.integration.extract.lake_reading import plain_utc
+
+if TYPE_CHECKING:
+    from spanner_cdc.devstack.spanner_server import LocalSpanner
 
 DDL = [
     "CREATE TABLE Accounts (Id INT64 NOT NULL, Owner STRING(MAX), Balance INT64) PRIMARY KEY (Id)",
@@ -53,3 +56,11 @@ class SmallWorkload:
             )
 
 
+def one_window(database: Any, server: LocalSpanner) -> tuple[SmallWorkload, datetime, datetime]:
+    """A small workload over one window with a split in its middle: (workload, start, end)."""
+    work = SmallWorkload(database)
+    start = datetime.now(UTC)
+    work.phase(range(0, 6))
+    server.control.split(database.name, STREAM)
+    work.phase(range(6, 12))
+    return work, start, datetime.now(UTC)
